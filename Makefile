@@ -1,0 +1,19 @@
+# The two commands the README opens with. Each works on a fresh machine with
+# only Python >= 3.11 and Java >= 17: the virtualenv is created and the
+# project installed into it on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.spark-dp-installed
+
+.PHONY: demo test
+
+demo: $(STAMP)
+	@$(PY) -m spark_dp.cli.demo
+
+test: $(STAMP)
+	@$(PY) -m pytest
+
+$(STAMP): pyproject.toml scripts/bootstrap.sh
+	@bash scripts/bootstrap.sh "$(PYTHON)" "$(VENV)"
+	@touch $(STAMP)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Creates the virtualenv (if missing) and installs spark-dp with its test and
+# Spark Connect extras. Stops with one line if Java or Python is too old.
+set -euo pipefail
+PYTHON=${1:-python3}
+VENV=${2:-.venv}
+
+if ! command -v java >/dev/null 2>&1; then
+  echo "spark-dp needs Java 17 or newer: install it (e.g. 'apt-get install openjdk-17-jre-headless') and set JAVA_HOME." >&2
+  exit 1
+fi
+java_major=$(java -version 2>&1 | sed -nE '1s/.*version "([0-9]+)(\.[0-9]+)*.*/\1/p')
+if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
+  echo "spark-dp needs Java 17 or newer (found '$(java -version 2>&1 | head -n1)'): install openjdk-17 and put it first on PATH." >&2
+  exit 1
+fi
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "spark-dp needs Python 3.11 or newer: run 'make PYTHON=python3.11 ...'." >&2
+  exit 1
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+"$VENV/bin/python" -m pip install --quiet -e ".[test,connect,plots]"

@@ -1,0 +1,115 @@
+"""Turning a DataFrame into one ``array<double>`` column of fixed length d.
+
+Schema problems (missing or non-numeric columns) are public and raise
+:class:`~spark_dp.errors.SchemaError`. Data content never raises: a null
+value, a null array or an array of the wrong length becomes a row of NaN,
+which the kernels then treat under the declared ``nonfinite`` policy.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from spark_dp.errors import ConfigError, SchemaError
+
+VECTOR_COL = "__spark_dp_x"
+NONFINITE_POLICIES = ("drop", "zero")
+_NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType)
+
+
+def _is_vector_udt(dt: T.DataType) -> bool:
+    return type(dt).__name__ == "VectorUDT"
+
+
+def _field(df: DataFrame, name: str) -> T.StructField:
+    for f in df.schema.fields:
+        if f.name == name:
+            return f
+    raise SchemaError(f"Column {name!r} not found; the input has columns {df.columns}.")
+
+
+def vectorize(
+    df: DataFrame,
+    columns: Sequence[str],
+    *,
+    dimension: int | None = None,
+    privacy_unit: str | None = None,
+    max_rows_per_unit: int = 1,
+) -> tuple[DataFrame, int]:
+    """Returns ``(frame, d)``: a frame of one ``array<double>`` column of length d.
+
+    Args:
+        df: the input.
+        columns: several numeric columns, or one array/ML-vector column.
+        dimension: d for an array or vector column (the schema does not say
+            it, and taking it from the data would fail on empty inputs).
+        privacy_unit: column whose values identify a privacy unit; each unit
+            keeps at most ``max_rows_per_unit`` rows, chosen uniformly at
+            random. Rows with a null unit form one unit together.
+        max_rows_per_unit: the contribution bound m.
+    """
+    if isinstance(columns, str) or not columns:
+        raise ConfigError(f"The 'columns' parameter must be a non-empty list of column names. Got {columns!r} instead.")
+    fields = [_field(df, c) for c in columns]
+    if len(fields) == 1 and isinstance(fields[0].dataType, T.ArrayType | T.StructType) or (
+        len(fields) == 1 and _is_vector_udt(fields[0].dataType)
+    ):
+        f = fields[0]
+        if _is_vector_udt(f.dataType):
+            from pyspark.ml.functions import vector_to_array
+
+            arr: Column = vector_to_array(F.col(f.name), dtype="float64")
+        elif isinstance(f.dataType, T.ArrayType) and isinstance(f.dataType.elementType, _NUMERIC):
+            arr = F.col(f.name).cast(T.ArrayType(T.DoubleType()))
+        else:
+            raise SchemaError(
+                f"Column {f.name!r} has type {f.dataType.simpleString()}; expected a numeric column, "
+                "an array of numbers or an ML vector."
+            )
+        if dimension is None:
+            raise ConfigError(
+                f"The 'dimension' parameter is required for the array/vector column {f.name!r} "
+                "(the vector length d; it is public and must not be read from the data)."
+            )
+        d = int(dimension)
+        if d < 1:
+            raise ConfigError(f"The 'dimension' parameter must be an int in the range [1, inf). Got {dimension!r} instead.")
+        nan_row = F.array_repeat(F.lit(float("nan")), d)
+        x = F.when(F.size(arr) == d, arr).otherwise(nan_row)
+    else:
+        for f in fields:
+            if not isinstance(f.dataType, _NUMERIC):
+                raise SchemaError(
+                    f"Column {f.name!r} has type {f.dataType.simpleString()}; expected a numeric type."
+                )
+        if dimension is not None and dimension != len(fields):
+            raise ConfigError(
+                f"The 'dimension' parameter ({dimension}) does not match the {len(fields)} columns given."
+            )
+        d = len(fields)
+        x = F.array(*[F.coalesce(F.col(f.name).cast("double"), F.lit(float("nan"))) for f in fields])
+
+    if privacy_unit is not None:
+        _field(df, privacy_unit)
+        if max_rows_per_unit < 1:
+            raise ConfigError(
+                f"The 'max_rows_per_unit' parameter must be an int in the range [1, inf). Got {max_rows_per_unit!r} instead."
+            )
+        # Contribution bounding: keep at most m rows per unit, chosen at random
+        # (the seed is fresh OS entropy: the choice must not be predictable).
+        w = Window.partitionBy(F.col(privacy_unit)).orderBy(F.rand(secrets.randbits(63)))
+        df = df.withColumn("__spark_dp_rank", F.row_number().over(w)).where(F.col("__spark_dp_rank") <= max_rows_per_unit)
+    return df.select(x.alias(VECTOR_COL)), d
+
+
+def check_nonfinite(policy: str) -> str:
+    if policy not in NONFINITE_POLICIES:
+        raise ConfigError(
+            f"The 'nonfinite' parameter must be one of {list(NONFINITE_POLICIES)}. Got {policy!r} instead."
+        )
+    return policy

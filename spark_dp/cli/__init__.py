@@ -1,0 +1,1 @@
+"""Command line, job configs and spark-submit entry points."""

@@ -1,0 +1,197 @@
+"""Job configs (YAML): parsed and fully validated before Spark starts.
+
+Unknown keys and bad values raise :class:`~spark_dp.errors.ConfigError`
+naming the key, e.g. ``The 'privacy.epsilon' parameter of the config must be
+a float in the range (0, inf). Got -1 instead.``
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from spark_dp import _validation as V
+from spark_dp.aggregates import FORMATS, NONFINITE_POLICIES
+from spark_dp.aggregates.sources import check_path_exists
+from spark_dp.errors import ConfigError
+from spark_dp.privacy import NEIGHBORS
+from spark_dp.second_moment import POSTPROCESS
+from spark_dp.session import SECOND_MOMENT_MECHANISMS, canonical_sha256
+
+OWNER = "the config"
+
+# task -> (mechanisms, {param: validator})
+TASKS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "second_moment": (
+        SECOND_MOMENT_MECHANISMS,
+        {"postprocess": lambda k, v: V.check_option(k, v, POSTPROCESS, owner=OWNER)},
+    ),
+}
+TOP_KEYS = ("release_id", "dataset", "task", "mechanism", "privacy", "params", "ledger", "output")
+REQUIRED_TOP = ("dataset", "task", "mechanism", "privacy", "ledger", "output")
+DATASET_KEYS = ("id", "path", "format", "columns", "dimension", "privacy_unit", "max_rows_per_unit", "nonfinite", "options")
+PRIVACY_KEYS = ("epsilon", "delta", "norm_bound", "neighbors", "sampler")
+LEDGER_KEYS = ("uri", "epsilon_limit", "delta_limit")
+OUTPUT_KEYS = ("path", "format")
+LARGE_EPSILON = 5.0
+
+
+def _section(raw: dict, name: str, keys: tuple[str, ...], required: tuple[str, ...]) -> dict:
+    sec = raw.get(name)
+    if not isinstance(sec, dict):
+        raise ConfigError(f"The {name!r} section of the config must be a mapping. Got {sec!r} instead.")
+    unknown = sorted(set(sec) - set(keys))
+    if unknown:
+        raise ConfigError(f"Unknown key '{name}.{unknown[0]}' in the config; expected one of {sorted(keys)}.")
+    for k in required:
+        if sec.get(k) is None:
+            raise ConfigError(f"Missing required key '{name}.{k}' in the config.")
+    return sec
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    id: str
+    path: str
+    format: str
+    columns: tuple[str, ...]
+    dimension: int | None = None
+    privacy_unit: str | None = None
+    max_rows_per_unit: int = 1
+    nonfinite: str = "drop"
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PrivacyConfig:
+    epsilon: float
+    delta: float
+    norm_bound: float
+    neighbors: str = "add_remove"
+    sampler: str = "secure"
+
+
+@dataclass(frozen=True)
+class LedgerConfig:
+    uri: str
+    epsilon_limit: float | None = None
+    delta_limit: float | None = None
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    path: str
+    format: str = "parquet"
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    release_id: str | None
+    dataset: DatasetConfig
+    task: str
+    mechanism: str
+    privacy: PrivacyConfig
+    params: dict
+    ledger: LedgerConfig
+    output: OutputConfig
+    sha256: str
+
+    @classmethod
+    def from_dict(cls, raw: Any, *, check_paths: bool = True) -> JobConfig:
+        """Validates a parsed config; raises ConfigError naming the first bad key."""
+        if not isinstance(raw, dict):
+            raise ConfigError(f"The config must be a mapping of keys to values. Got {type(raw).__name__} instead.")
+        unknown = sorted(set(raw) - set(TOP_KEYS))
+        if unknown:
+            raise ConfigError(f"Unknown key {unknown[0]!r} in the config; expected one of {sorted(TOP_KEYS)}.")
+        for k in REQUIRED_TOP:
+            if raw.get(k) is None:
+                raise ConfigError(f"Missing required key {k!r} in the config.")
+
+        task = V.check_option("task", raw["task"], TASKS, owner=OWNER)
+        mechanisms, param_checks = TASKS[task]
+        mechanism = V.check_option("mechanism", raw["mechanism"], mechanisms, owner=OWNER)
+
+        ds = _section(raw, "dataset", DATASET_KEYS, ("id", "path", "columns"))
+        columns = ds["columns"]
+        if isinstance(columns, str):
+            columns = [columns]
+        if not isinstance(columns, list) or not columns or not all(isinstance(c, str) and c for c in columns):
+            raise ConfigError(f"The 'dataset.columns' parameter must be a non-empty list of column names. Got {ds['columns']!r} instead.")
+        options = ds.get("options") or {}
+        if not isinstance(options, dict):
+            raise ConfigError(f"The 'dataset.options' parameter must be a mapping. Got {options!r} instead.")
+        dataset = DatasetConfig(
+            id=V.check_str("dataset.id", ds["id"], owner=OWNER),
+            path=V.check_str("dataset.path", ds["path"], owner=OWNER),
+            format=V.check_option("dataset.format", ds.get("format", "parquet"), FORMATS, owner=OWNER),
+            columns=tuple(columns),
+            dimension=None if ds.get("dimension") is None else V.check_int("dataset.dimension", ds["dimension"], owner=OWNER),
+            privacy_unit=None if ds.get("privacy_unit") is None else V.check_str("dataset.privacy_unit", ds["privacy_unit"], owner=OWNER),
+            max_rows_per_unit=V.check_int("dataset.max_rows_per_unit", ds.get("max_rows_per_unit", 1), owner=OWNER),
+            nonfinite=V.check_option("dataset.nonfinite", ds.get("nonfinite", "drop"), NONFINITE_POLICIES, owner=OWNER),
+            options=dict(options),
+        )
+
+        pv = _section(raw, "privacy", PRIVACY_KEYS, ("epsilon", "delta", "norm_bound"))
+        privacy = PrivacyConfig(
+            epsilon=V.check_real("privacy.epsilon", pv["epsilon"], owner=OWNER, low=0, low_open=True),
+            delta=V.check_real("privacy.delta", pv["delta"], owner=OWNER, low=0, high=1, low_open=True, high_open=True),
+            norm_bound=V.check_real("privacy.norm_bound", pv["norm_bound"], owner=OWNER, low=0, low_open=True),
+            neighbors=V.check_option("privacy.neighbors", pv.get("neighbors", "add_remove"), NEIGHBORS, owner=OWNER),
+            sampler=V.check_option("privacy.sampler", pv.get("sampler", "secure"), ("secure", "numpy"), owner=OWNER),
+        )
+
+        params = raw.get("params") or {}
+        if not isinstance(params, dict):
+            raise ConfigError(f"The 'params' section of the config must be a mapping. Got {params!r} instead.")
+        for k, v in params.items():
+            if k not in param_checks:
+                raise ConfigError(
+                    f"Unknown key 'params.{k}' for task {task!r}; expected one of {sorted(param_checks)}."
+                )
+            param_checks[k](f"params.{k}", v)
+
+        lg = _section(raw, "ledger", LEDGER_KEYS, ("uri",))
+        if (lg.get("epsilon_limit") is None) != (lg.get("delta_limit") is None):
+            raise ConfigError("Give both 'ledger.epsilon_limit' and 'ledger.delta_limit', or neither.")
+        ledger = LedgerConfig(
+            uri=V.check_str("ledger.uri", lg["uri"], owner=OWNER),
+            epsilon_limit=None if lg.get("epsilon_limit") is None else V.check_real(
+                "ledger.epsilon_limit", lg["epsilon_limit"], owner=OWNER, low=0, low_open=True),
+            delta_limit=None if lg.get("delta_limit") is None else V.check_real(
+                "ledger.delta_limit", lg["delta_limit"], owner=OWNER, low=0, high=1, low_open=True, high_open=True),
+        )
+        if ledger.uri.split("://")[0] not in ("sqlite",) and "://" in ledger.uri:
+            raise ConfigError(f"The 'ledger.uri' parameter must be a sqlite:/// URI or a file path. Got {ledger.uri!r} instead.")
+
+        out = _section(raw, "output", OUTPUT_KEYS, ("path",))
+        output = OutputConfig(
+            path=V.check_str("output.path", out["path"], owner=OWNER),
+            format=V.check_option("output.format", out.get("format", "parquet"), ("parquet",), owner=OWNER),
+        )
+        release_id = raw.get("release_id")
+        if release_id is not None:
+            release_id = V.check_str("release_id", release_id, owner=OWNER)
+            if "/" in release_id or os.sep in release_id or release_id.startswith("."):
+                raise ConfigError(f"The 'release_id' parameter must not contain '/' or start with '.'. Got {release_id!r} instead.")
+        if check_paths:
+            check_path_exists(dataset.path)
+        return cls(release_id, dataset, task, mechanism, privacy, dict(params), ledger, output, canonical_sha256(raw))
+
+
+def load_config(path: str, *, check_paths: bool = True) -> JobConfig:
+    """Reads and validates a YAML job config."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"Config file {path!r} does not exist.")
+    try:
+        with open(path) as fh:
+            raw = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"Config file {path!r} is not valid YAML{where}: {getattr(exc, 'problem', exc)}.") from None
+    return JobConfig.from_dict(raw, check_paths=check_paths)

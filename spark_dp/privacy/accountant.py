@@ -1,0 +1,52 @@
+"""Composition of privacy events into (ε, δ).
+
+Gaussian events compose exactly in μ-GDP (μ_tot = √Σμᵢ², Dong, Roth & Su
+2019, Cor. 3.3) and convert to (ε, δ) with the exact Gaussian profile
+(``dp_accounting.get_epsilon_gaussian``). Any other event present sends the
+whole list through dp-accounting's PLD accountant, which is tight for
+Gaussian and Laplace events alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import dp_accounting
+from dp_accounting import pld
+
+from spark_dp.privacy.events import Event, GaussianEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """An (ε, δ) pair; ``epsilon`` may be ``inf`` for a non-private release."""
+
+    epsilon: float
+    delta: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"epsilon": self.epsilon, "delta": self.delta}
+
+
+def total_mu(events: Sequence[GaussianEvent]) -> float:
+    """μ of the exact composition of Gaussian events."""
+    return math.sqrt(math.fsum(e.mu**2 for e in events))
+
+
+def compose_epsilon(events: Sequence[Event], delta: float) -> float:
+    """The ε at which the composition of ``events`` is (ε, δ)-DP.
+
+    Exact for Gaussian-only lists; PLD (pessimistic estimate) otherwise.
+    Returns 0.0 for no events.
+    """
+    if not events:
+        return 0.0
+    if all(isinstance(e, GaussianEvent) for e in events):
+        mu = total_mu(events)  # type: ignore[arg-type]
+        return float(dp_accounting.get_epsilon_gaussian(1.0 / mu, delta))
+    accountant = pld.PLDAccountant(value_discretization_interval=1e-4)
+    for e in events:
+        accountant.compose(e.to_dp_event())
+    return float(accountant.get_epsilon(delta))

@@ -1,0 +1,113 @@
+"""The privacy chokepoint: the one call through which noisy values leave.
+
+Order of operations, which the rest of spark-dp relies on:
+
+1. **check** — a dry run of the whole release's events against the dataset's
+   limit, before any Spark work (:meth:`Chokepoint.check`);
+2. **charge** — the events are appended to the ledger in one transaction that
+   re-checks the limit; durable before step 3 (:meth:`Chokepoint.charge`);
+3. **noise** — each draw must be covered by a charged, not yet used event
+   (:meth:`Chokepoint.gaussian`). A draw that is not covered is a bug and
+   raises instead of releasing unaccounted noise.
+
+Accounting therefore happens once per release (all its aggregates at once),
+never per row or partition. A crash after step 2 costs budget but never
+releases unaccounted noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from spark_dp.privacy.accountant import Budget
+from spark_dp.privacy.events import Event, GaussianEvent
+from spark_dp.privacy.ledger import Charge, SQLiteLedger
+from spark_dp.privacy.noise import NoiseSampler
+
+
+class UnchargedNoiseError(RuntimeError):
+    """A noise draw was requested that no charged event covers (a bug)."""
+
+
+class Chokepoint:
+    """Binds one release (id, dataset, request digest) to the ledger and a sampler."""
+
+    def __init__(
+        self,
+        ledger: SQLiteLedger,
+        *,
+        dataset_id: str,
+        release_id: str,
+        request_sha256: str,
+        sampler: NoiseSampler,
+        limit: Budget | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.dataset_id = dataset_id
+        self.release_id = release_id
+        self.request_sha256 = request_sha256
+        self.sampler = sampler
+        self.limit = limit
+        self._pending: list[Event] | None = None
+        self.charge_record: Charge | None = None
+
+    def check(self, events: Sequence[Event]) -> float:
+        """Dry run: raises BudgetExceededError if the events do not fit."""
+        return self.ledger.check(self.dataset_id, events, self.limit)
+
+    def charge(self, events: Sequence[Event], budget: Budget) -> Charge:
+        """Records the release's events durably; afterwards noise may be drawn."""
+        if self.charge_record is not None:
+            raise RuntimeError("a release is charged once")
+        self.charge_record = self.ledger.charge(
+            release_id=self.release_id,
+            dataset_id=self.dataset_id,
+            request_sha256=self.request_sha256,
+            events=events,
+            budget=budget,
+            limit=self.limit,
+        )
+        self._pending = list(events)
+        return self.charge_record
+
+    def _consume_gaussian(self, sigma: float, l2_sensitivity: float) -> None:
+        if self._pending is None:
+            raise UnchargedNoiseError("noise requested before the release was charged")
+        if not (l2_sensitivity > 0):
+            raise ValueError(f"l2_sensitivity must be positive, got {l2_sensitivity}")
+        z = sigma / l2_sensitivity
+        for idx, ev in enumerate(self._pending):
+            if isinstance(ev, GaussianEvent) and z >= ev.noise_multiplier * (1 - 1e-12):
+                del self._pending[idx]
+                return
+        raise UnchargedNoiseError(
+            f"no charged Gaussian event covers sigma/sensitivity = {z:.6g} (pending: {self._pending})"
+        )
+
+    def gaussian(self, values: np.ndarray, *, sigma: float, l2_sensitivity: float) -> np.ndarray:
+        """``values`` + Gaussian noise of scale σ, covered by a charged event."""
+        self._consume_gaussian(sigma, l2_sensitivity)
+        return self.sampler.gaussian(np.asarray(values, dtype=np.float64).reshape(-1), sigma, l2_sensitivity).reshape(
+            np.shape(values)
+        )
+
+    def gaussian_symmetric(self, matrix: np.ndarray, *, sigma: float, l2_sensitivity: float) -> np.ndarray:
+        """Noises the upper triangle (with diagonal) of a symmetric matrix and mirrors it.
+
+        ``l2_sensitivity`` bounds the change of the upper-triangle vector.
+        """
+        matrix = np.asarray(matrix, dtype=np.float64)
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+            raise ValueError(f"expected a square matrix, got shape {matrix.shape}")
+        iu = np.triu_indices(matrix.shape[0])
+        noisy_upper = self.gaussian(matrix[iu], sigma=sigma, l2_sensitivity=l2_sensitivity)
+        out = np.zeros_like(matrix)
+        out[iu] = noisy_upper
+        out = out + np.triu(out, 1).T
+        return out
+
+    @property
+    def unused_events(self) -> list[Event]:
+        return list(self._pending or [])

@@ -1,0 +1,93 @@
+"""Privacy events: the vocabulary of the ledger and the manifests.
+
+Each event is a small frozen value holding exactly what accounting needs, and
+serialises to JSON for the ledger. Compatibility rules (as in dp_accounting's
+``dp_event.py``), which the ledger and manifest schema rely on:
+
+* never remove an event type or a field, and never change what a field means;
+* add only new event types, or new fields with defaults.
+
+Events describe mechanisms relative to their sensitivity (a *noise
+multiplier* σ/Δ), so the same event serves every release shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+from dp_accounting import dp_event
+
+
+@dataclass(frozen=True, slots=True)
+class GaussianEvent:
+    """Gaussian mechanism: returns f(D) + N(0, σ²I) where ‖f(D) − f(D')‖₂ ≤ Δ.
+
+    ``noise_multiplier`` is z = σ/Δ. The event is μ-GDP with μ = 1/z
+    (Dong, Roth & Su 2019, Thm 2.7); Gaussian events compose exactly as
+    μ_tot = √(Σ μᵢ²) (ibid., Cor. 3.3), and (ε, δ) follows from the exact
+    Gaussian profile (Balle & Wang 2018, Thm 8).
+    """
+
+    noise_multiplier: float
+    kind: ClassVar[str] = "gaussian"
+
+    def __post_init__(self) -> None:
+        if not (self.noise_multiplier > 0 and math.isfinite(self.noise_multiplier)):
+            raise ValueError(f"noise_multiplier must be positive and finite, got {self.noise_multiplier}")
+
+    @property
+    def mu(self) -> float:
+        return 1.0 / self.noise_multiplier
+
+    def to_dp_event(self) -> dp_event.DpEvent:
+        return dp_event.GaussianDpEvent(noise_multiplier=self.noise_multiplier)
+
+
+@dataclass(frozen=True, slots=True)
+class LaplaceEvent:
+    """Laplace mechanism: f(D) + Lap(b)ᵈ where ‖f(D) − f(D')‖₁ ≤ Δ; z = b/Δ.
+
+    Pure (1/z)-DP (Dwork et al. 2006); composed with other events through the
+    PLD accountant.
+    """
+
+    noise_multiplier: float
+    kind: ClassVar[str] = "laplace"
+
+    def __post_init__(self) -> None:
+        if not (self.noise_multiplier > 0 and math.isfinite(self.noise_multiplier)):
+            raise ValueError(f"noise_multiplier must be positive and finite, got {self.noise_multiplier}")
+
+    def to_dp_event(self) -> dp_event.DpEvent:
+        return dp_event.LaplaceDpEvent(noise_multiplier=self.noise_multiplier)
+
+
+Event = GaussianEvent | LaplaceEvent
+_KINDS: dict[str, type] = {cls.kind: cls for cls in (GaussianEvent, LaplaceEvent)}
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """A JSON-ready dict ``{"type": kind, **fields}``."""
+    return {"type": event.kind, **asdict(event)}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Inverse of :func:`event_to_dict`."""
+    fields = dict(data)
+    kind = fields.pop("type")
+    try:
+        cls = _KINDS[kind]
+    except KeyError:
+        raise ValueError(f"unknown privacy event type {kind!r}") from None
+    return cls(**fields)
+
+
+def events_to_json(events: list[Event]) -> str:
+    return json.dumps([event_to_dict(e) for e in events], sort_keys=True)
+
+
+def events_from_json(text: str) -> list[Event]:
+    return [event_from_dict(d) for d in json.loads(text)]

@@ -1,0 +1,356 @@
+"""The durable privacy ledger: an append-only store of charges per dataset.
+
+SQLite by default (one file, ``sqlite:///relative.db`` or
+``sqlite:////absolute.db``). Guarantees, relied on by the chokepoint:
+
+* **No overspend under concurrency.** A charge is checked against the
+  dataset's limit and appended in one ``BEGIN IMMEDIATE`` transaction, which
+  serialises writers across processes; the budget check re-reads every
+  earlier charge inside that transaction.
+* **Durable before noise.** The transaction commits (``synchronous=FULL``)
+  before the caller may draw noise, so a crash after the charge never
+  refunds it.
+* **Append-only.** Rows are never updated or deleted: ``charges`` records
+  spends, ``releases`` records that a charged release was written.
+* **One charge per release id.** ``release_id`` is unique; a re-run finds the
+  earlier charge and either returns the stored release or reports that the
+  charge stands without a release.
+
+Composition of a dataset's charges is exact for Gaussian events and uses
+PLD otherwise (:mod:`spark_dp.privacy.accountant`); ε is reported at the
+dataset's ``delta_limit``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from urllib.parse import urlparse
+
+from spark_dp.errors import BudgetExceededError, ConfigError, LedgerError, ReleaseConflictError
+from spark_dp.privacy.accountant import Budget, compose_epsilon
+from spark_dp.privacy.events import Event, events_from_json, events_to_json
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS datasets (
+    dataset_id    TEXT PRIMARY KEY,
+    epsilon_limit REAL NOT NULL,
+    delta_limit   REAL NOT NULL,
+    created_at    TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS charges (
+    seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+    release_id     TEXT NOT NULL UNIQUE,
+    dataset_id     TEXT NOT NULL REFERENCES datasets(dataset_id),
+    request_sha256 TEXT NOT NULL,
+    events         TEXT NOT NULL,
+    epsilon        REAL NOT NULL,
+    delta          REAL NOT NULL,
+    created_at     TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS releases (
+    release_id TEXT PRIMARY KEY REFERENCES charges(release_id),
+    location   TEXT NOT NULL,
+    written_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS limit_changes (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    dataset_id    TEXT NOT NULL,
+    epsilon_limit REAL NOT NULL,
+    delta_limit   REAL NOT NULL,
+    changed_at    TEXT NOT NULL
+);
+"""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _limit_mismatch(dataset_id: str, stored: Budget, limit: Budget) -> ConfigError:
+    return ConfigError(
+        f"Dataset {dataset_id!r} has ledger limit epsilon={stored.epsilon:g}, delta={stored.delta:g}; "
+        f"the request says epsilon={limit.epsilon:g}, delta={limit.delta:g}. "
+        "Change it explicitly with 'spark-dp ledger --set-limit'."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """One ledger row: what a release cost and whether it was written."""
+
+    seq: int
+    release_id: str
+    dataset_id: str
+    request_sha256: str
+    events: tuple[Event, ...]
+    budget: Budget
+    created_at: str
+    location: str | None
+
+    @property
+    def written(self) -> bool:
+        return self.location is not None
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetStatus:
+    dataset_id: str
+    limit: Budget
+    spent_epsilon: float
+    releases: int
+
+    @property
+    def remaining_epsilon(self) -> float:
+        return max(0.0, self.limit.epsilon - self.spent_epsilon)
+
+
+def sqlite_path_from_uri(uri: str) -> str:
+    """``sqlite:///rel.db`` → ``rel.db``; ``sqlite:////abs.db`` → ``/abs.db``; a bare path as is."""
+    if "://" not in uri:
+        return uri
+    parsed = urlparse(uri)
+    if parsed.scheme != "sqlite":
+        raise ConfigError(
+            f"The 'ledger.uri' parameter must be a sqlite:/// URI or a file path. Got {uri!r} instead."
+        )
+    path = uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else ""
+    if not path:
+        raise ConfigError(f"The 'ledger.uri' parameter has no file path: {uri!r}.")
+    return path
+
+
+class SQLiteLedger:
+    """Ledger in one SQLite file. Safe for many processes on one host."""
+
+    def __init__(self, uri: str, *, timeout: float = 120.0) -> None:
+        self.uri = uri
+        self.path = sqlite_path_from_uri(uri)
+        parent = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(parent, exist_ok=True)
+        self._timeout = timeout
+        with self._transaction() as con:
+            for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+                con.execute(stmt)
+            row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is None:
+                con.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise LedgerError(f"ledger {self.path} has schema {row[0]}, newer than this spark-dp ({SCHEMA_VERSION})")
+
+    # -- connections ---------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            con = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot open ledger {self.path}: {exc}") from exc
+        con.execute("PRAGMA synchronous=FULL")
+        con.execute("PRAGMA foreign_keys=ON")
+        return con
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        con = self._connect()
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        finally:
+            con.close()
+
+    # -- datasets ------------------------------------------------------
+    def ensure_dataset(self, dataset_id: str, limit: Budget | None) -> Budget:
+        """Registers ``dataset_id`` with ``limit`` on first use; returns its limit.
+
+        A later request naming a different limit is refused: limits change only
+        through :meth:`set_limit`, an explicit, recorded act.
+        """
+        with self._transaction() as con:
+            return self._ensure_dataset(con, dataset_id, limit)
+
+    def _ensure_dataset(self, con: sqlite3.Connection, dataset_id: str, limit: Budget | None) -> Budget:
+        row = con.execute(
+            "SELECT epsilon_limit, delta_limit FROM datasets WHERE dataset_id = ?", (dataset_id,)
+        ).fetchone()
+        if row is None:
+            if limit is None:
+                raise ConfigError(
+                    f"Dataset {dataset_id!r} is not in the ledger {self.path}: give 'ledger.epsilon_limit' "
+                    "and 'ledger.delta_limit' to register it."
+                )
+            con.execute(
+                "INSERT INTO datasets VALUES (?, ?, ?, ?)",
+                (dataset_id, limit.epsilon, limit.delta, _now()),
+            )
+            con.execute(
+                "INSERT INTO limit_changes (dataset_id, epsilon_limit, delta_limit, changed_at) VALUES (?, ?, ?, ?)",
+                (dataset_id, limit.epsilon, limit.delta, _now()),
+            )
+            return limit
+        stored = Budget(float(row[0]), float(row[1]))
+        if limit is not None and limit != stored:
+            raise _limit_mismatch(dataset_id, stored, limit)
+        return stored
+
+    def set_limit(self, dataset_id: str, limit: Budget) -> None:
+        """Sets a dataset's limit explicitly (recorded in ``limit_changes``)."""
+        with self._transaction() as con:
+            con.execute(
+                "INSERT INTO datasets VALUES (?, ?, ?, ?) ON CONFLICT(dataset_id) DO UPDATE SET "
+                "epsilon_limit = excluded.epsilon_limit, delta_limit = excluded.delta_limit",
+                (dataset_id, limit.epsilon, limit.delta, _now()),
+            )
+            con.execute(
+                "INSERT INTO limit_changes (dataset_id, epsilon_limit, delta_limit, changed_at) VALUES (?, ?, ?, ?)",
+                (dataset_id, limit.epsilon, limit.delta, _now()),
+            )
+
+    # -- charges -------------------------------------------------------
+    def _events_of(self, con: sqlite3.Connection, dataset_id: str) -> list[Event]:
+        out: list[Event] = []
+        for (text,) in con.execute("SELECT events FROM charges WHERE dataset_id = ? ORDER BY seq", (dataset_id,)):
+            out.extend(events_from_json(text))
+        return out
+
+    def lookup(self, release_id: str) -> Charge | None:
+        """The charge recorded for ``release_id``, or None."""
+        con = self._connect()
+        try:
+            row = con.execute(
+                "SELECT c.seq, c.release_id, c.dataset_id, c.request_sha256, c.events, c.epsilon, c.delta, "
+                "c.created_at, r.location FROM charges c LEFT JOIN releases r USING (release_id) "
+                "WHERE c.release_id = ?",
+                (release_id,),
+            ).fetchone()
+        finally:
+            con.close()
+        if row is None:
+            return None
+        return Charge(
+            seq=row[0],
+            release_id=row[1],
+            dataset_id=row[2],
+            request_sha256=row[3],
+            events=tuple(events_from_json(row[4])),
+            budget=Budget(row[5], row[6]),
+            created_at=row[7],
+            location=row[8],
+        )
+
+    def check(self, dataset_id: str, events: Sequence[Event], limit: Budget | None = None) -> float:
+        """Dry run: the dataset's ε after these events; raises if over the limit.
+
+        Registers nothing and charges nothing (a read-only transaction).
+        """
+        con = self._connect()
+        try:
+            row = con.execute(
+                "SELECT epsilon_limit, delta_limit FROM datasets WHERE dataset_id = ?", (dataset_id,)
+            ).fetchone()
+            stored = Budget(float(row[0]), float(row[1])) if row else None
+            if stored is None and limit is None:
+                raise ConfigError(
+                    f"Dataset {dataset_id!r} is not in the ledger {self.path}: give 'ledger.epsilon_limit' "
+                    "and 'ledger.delta_limit' to register it."
+                )
+            if stored is not None and limit is not None and stored != limit:
+                raise _limit_mismatch(dataset_id, stored, limit)
+            effective = stored or limit
+            assert effective is not None
+            return self._check(self._events_of(con, dataset_id), events, dataset_id, effective)
+        finally:
+            con.close()
+
+    @staticmethod
+    def _check(past: list[Event], new: Sequence[Event], dataset_id: str, limit: Budget) -> float:
+        eps = compose_epsilon([*past, *new], limit.delta)
+        if eps > limit.epsilon:
+            spent = compose_epsilon(past, limit.delta)
+            raise BudgetExceededError(
+                f"Privacy budget of dataset {dataset_id!r} exhausted: spent epsilon={spent:.4g} of "
+                f"{limit.epsilon:g} (at delta={limit.delta:g}); this release would bring it to {eps:.4g}."
+            )
+        return eps
+
+    def charge(
+        self,
+        *,
+        release_id: str,
+        dataset_id: str,
+        request_sha256: str,
+        events: Sequence[Event],
+        budget: Budget,
+        limit: Budget | None = None,
+    ) -> Charge:
+        """Atomically checks the limit and appends the charge. Durable on return."""
+        if not events:
+            raise ValueError("a charge needs at least one event")
+        with self._transaction() as con:
+            lim = self._ensure_dataset(con, dataset_id, limit)
+            if con.execute("SELECT 1 FROM charges WHERE release_id = ?", (release_id,)).fetchone():
+                raise ReleaseConflictError(
+                    f"Release id {release_id!r} was charged already; it cannot be charged twice."
+                )
+            self._check(self._events_of(con, dataset_id), events, dataset_id, lim)
+            created = _now()
+            cur = con.execute(
+                "INSERT INTO charges (release_id, dataset_id, request_sha256, events, epsilon, delta, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (release_id, dataset_id, request_sha256, events_to_json(list(events)), budget.epsilon, budget.delta, created),
+            )
+            seq = int(cur.lastrowid)
+        return Charge(seq, release_id, dataset_id, request_sha256, tuple(events), budget, created, None)
+
+    def mark_written(self, release_id: str, location: str) -> None:
+        """Records that the charged release ``release_id`` was written at ``location``."""
+        with self._transaction() as con:
+            con.execute("INSERT INTO releases VALUES (?, ?, ?)", (release_id, location, _now()))
+
+    # -- reports -------------------------------------------------------
+    def status(self, dataset_id: str | None = None) -> list[DatasetStatus]:
+        """Spent and remaining budget per dataset (all datasets if None)."""
+        con = self._connect()
+        try:
+            q = "SELECT dataset_id, epsilon_limit, delta_limit FROM datasets"
+            rows = con.execute(q + (" WHERE dataset_id = ?" if dataset_id else "") + " ORDER BY dataset_id",
+                               (dataset_id,) if dataset_id else ()).fetchall()
+            out = []
+            for ds, e, d in rows:
+                events = self._events_of(con, ds)
+                n = con.execute("SELECT COUNT(*) FROM charges WHERE dataset_id = ?", (ds,)).fetchone()[0]
+                out.append(DatasetStatus(ds, Budget(e, d), compose_epsilon(events, d), int(n)))
+            return out
+        finally:
+            con.close()
+
+    def charges(self, dataset_id: str) -> list[Charge]:
+        con = self._connect()
+        try:
+            ids = [r[0] for r in con.execute("SELECT release_id FROM charges WHERE dataset_id = ? ORDER BY seq", (dataset_id,))]
+        finally:
+            con.close()
+        return [c for c in (self.lookup(i) for i in ids) if c is not None]
+
+    def to_json(self, dataset_id: str | None = None) -> str:
+        return json.dumps([
+            {"dataset_id": s.dataset_id, "epsilon_limit": s.limit.epsilon, "delta_limit": s.limit.delta,
+             "epsilon_spent": s.spent_epsilon, "epsilon_remaining": s.remaining_epsilon, "releases": s.releases}
+            for s in self.status(dataset_id)
+        ], indent=2)
+
+
+def open_ledger(uri: str) -> SQLiteLedger:
+    """Opens the ledger named by ``uri`` (``sqlite:///path`` or a path)."""
+    return SQLiteLedger(uri)

@@ -1,0 +1,69 @@
+"""Analyze Gauss: the Gaussian mechanism on the second-moment matrix.
+
+Implements Analyze Gauss of Dwork, Talwar, Thakurta & Zhang, "Analyze Gauss:
+Optimal Bounds for Privacy-Preserving Principal Component Analysis" (STOC
+2014), Algorithm 1, the baseline of Sheffet (arXiv 1507.00056), with the
+exact Gaussian calibration of Balle & Wang (2018) instead of the classic
+√(2 ln(1.25/δ))/ε.
+
+Guarantee: (ε, δ)-DP under the request's neighbour relation.
+
+* Neighbours: add/remove one privacy unit (default), or replace one.
+* Sensitivity: rows clipped to ‖a‖₂ ≤ B, at most m rows per unit; the upper
+  triangle of AᵀA moves by at most Δ = m·B² in L2 under add/remove and
+  √2·m·B² under replace (:func:`spark_dp.privacy.second_moment_l2_sensitivity`).
+* Noise: symmetric N with N_ij = N_ji ~ N(0, σ²), σ = z(ε, δ)·Δ, drawn on the
+  upper triangle only (d(d+1)/2 draws) and mirrored.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spark_dp.privacy import Chokepoint, GaussianEvent, gaussian_noise_multiplier, second_moment_l2_sensitivity
+
+POSTPROCESS = ("none", "psd", "shift")
+
+
+def analyze_gauss_plan(
+    *, epsilon: float, delta: float, norm_bound: float, neighbors: str = "add_remove", max_rows_per_unit: int = 1
+) -> tuple[GaussianEvent, float, float]:
+    """The release's privacy event, its σ and its L2 sensitivity Δ (all public)."""
+    sensitivity = second_moment_l2_sensitivity(norm_bound, max_rows_per_unit=max_rows_per_unit, neighbors=neighbors)
+    z = gaussian_noise_multiplier(epsilon, delta)
+    return GaussianEvent(noise_multiplier=z), z * sensitivity, sensitivity
+
+
+def analyze_gauss(
+    gram: np.ndarray, *, chokepoint: Chokepoint, sigma: float, sensitivity: float, postprocess: str = "none"
+) -> np.ndarray:
+    """Returns AᵀA + N (Alg. 1 of Dwork et al. 2014), optionally post-processed.
+
+    Args:
+        gram: the exact AᵀA of clipped rows, shape (d, d).
+        chokepoint: a charged chokepoint covering GaussianEvent(σ/Δ).
+        sigma: the noise scale σ.
+        sensitivity: Δ of the upper triangle of AᵀA.
+        postprocess: ``none``; ``psd`` — negative eigenvalues set to 0
+            (projection to the PSD cone in Frobenius norm); ``shift`` — add
+            c·I with c = 2σ√d ≈ E‖N‖₂ (Sheffet's choice, making the result PSD
+            with high probability). Post-processing costs no privacy.
+    """
+    # Alg. 1, step 1-2: E symmetric with upper-triangle entries i.i.d. N(0, σ²).
+    noisy = chokepoint.gaussian_symmetric(gram, sigma=sigma, l2_sensitivity=sensitivity)
+    return postprocess_matrix(noisy, postprocess, sigma=sigma)
+
+
+def postprocess_matrix(matrix: np.ndarray, how: str, *, sigma: float) -> np.ndarray:
+    """Post-processing of a noisy symmetric matrix (no privacy cost)."""
+    if how == "none":
+        return matrix
+    if how == "psd":
+        w, v = np.linalg.eigh(matrix)
+        return (v * np.clip(w, 0.0, None)) @ v.T
+    if how == "shift":
+        d = matrix.shape[0]
+        return matrix + 2.0 * sigma * math.sqrt(d) * np.eye(d)
+    raise ValueError(f"unknown postprocess {how!r}; expected one of {list(POSTPROCESS)}")

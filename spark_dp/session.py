@@ -1,0 +1,301 @@
+"""The Python API for notebooks and jobs: a session bound to a dataset and a ledger.
+
+Example::
+
+    import spark_dp
+    dp = spark_dp.DPSession("sales.customers", ledger="sqlite:///releases/ledger.db",
+                            epsilon_limit=10.0, delta_limit=1e-5, output="releases")
+    rel = dp.second_moment(df, ["x1", "x2", "x3"], epsilon=1.0, delta=1e-6, norm_bound=1.0)
+    rel["matrix"], rel.privacy, dp.budget()
+
+Every release follows the same path: validate → (release id seen before?
+return it) → dry-run the budget → exact aggregate on Spark → charge the ledger
+→ noise through the chokepoint → write atomically → record it as written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from pyspark.sql import DataFrame
+
+from spark_dp import _validation as V
+from spark_dp._faults import fault_point
+from spark_dp._version import __version__
+from spark_dp.aggregates import NONFINITE_POLICIES, gram_matrix, vector_dimension
+from spark_dp.errors import ConfigError, ReleaseConflictError
+from spark_dp.privacy import NEIGHBORS, Budget, Chokepoint, NoiseSampler, make_sampler, open_ledger
+from spark_dp.privacy.events import Event, event_to_dict
+from spark_dp.privacy.ledger import DatasetStatus
+from spark_dp.release import MANIFEST_SCHEMA_VERSION, Release, load_release, write_release
+from spark_dp.second_moment import POSTPROCESS, analyze_gauss, analyze_gauss_plan
+
+log = logging.getLogger("spark_dp")
+
+SECOND_MOMENT_MECHANISMS = ("analyze_gauss",)
+
+
+def canonical_sha256(obj: Any) -> str:
+    """SHA-256 of the canonical JSON of ``obj`` (sorted keys, no spaces)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+class DPSession:
+    """Releases about one dataset, charged to one ledger.
+
+    Args:
+        dataset_id: the name the ledger charges (e.g. ``sales.customers``).
+        ledger: ledger URI, ``sqlite:///path.db`` (relative) or
+            ``sqlite:////abs/path.db``.
+        epsilon_limit, delta_limit: the dataset's total budget; required the
+            first time a dataset is seen, and must match afterwards.
+        output: directory under which releases are written.
+        sampler: ``secure`` (default), ``numpy`` (faster, floating-point
+            attackable), or a :class:`~spark_dp.privacy.NoiseSampler` (a
+            seeded one marks releases not private; tests only).
+    """
+
+    def __init__(
+        self,
+        dataset_id: str,
+        *,
+        ledger: str = "sqlite:///releases/ledger.db",
+        epsilon_limit: float | None = None,
+        delta_limit: float | None = None,
+        output: str = "releases",
+        sampler: str | NoiseSampler = "secure",
+    ) -> None:
+        owner = "DPSession"
+        self.dataset_id = V.check_str("dataset_id", dataset_id, owner=owner)
+        self.ledger_uri = V.check_str("ledger", ledger, owner=owner)
+        if (epsilon_limit is None) != (delta_limit is None):
+            raise ConfigError("Give both 'epsilon_limit' and 'delta_limit', or neither.")
+        self.limit = None
+        if epsilon_limit is not None:
+            self.limit = Budget(
+                V.check_real("epsilon_limit", epsilon_limit, owner=owner, low=0, low_open=True),
+                V.check_real("delta_limit", delta_limit, owner=owner, low=0, high=1, low_open=True, high_open=True),
+            )
+        self.output = V.check_str("output", output, owner=owner)
+        if isinstance(sampler, str):
+            V.check_option("sampler", sampler, ("secure", "numpy"), owner=owner)
+        self.sampler = make_sampler(sampler)
+        self.ledger = open_ledger(self.ledger_uri)
+
+    # -- budget ------------------------------------------------------------
+    def budget(self) -> DatasetStatus | None:
+        """Spent and remaining ε of this dataset (None before its first release)."""
+        rows = self.ledger.status(self.dataset_id)
+        return rows[0] if rows else None
+
+    # -- tasks -------------------------------------------------------------
+    def second_moment(
+        self,
+        df: DataFrame,
+        columns: Sequence[str],
+        *,
+        epsilon: float,
+        delta: float,
+        norm_bound: float,
+        mechanism: str = "analyze_gauss",
+        release_id: str | None = None,
+        neighbors: str = "add_remove",
+        postprocess: str = "none",
+        nonfinite: str = "drop",
+        dimension: int | None = None,
+        privacy_unit: str | None = None,
+        max_rows_per_unit: int = 1,
+        config_sha256: str | None = None,
+    ) -> Release:
+        """Releases a private AᵀA of the rows of ``df[columns]``.
+
+        Args:
+            df: the data.
+            columns: numeric columns, or one array/vector column (with
+                ``dimension``), in the order of the matrix's rows.
+            epsilon, delta: the release's (ε, δ).
+            norm_bound: B; rows are clipped to ‖a‖₂ ≤ B.
+            mechanism: ``analyze_gauss``.
+            release_id: idempotency key; a new one is made if None. A release
+                id seen before returns the stored release (no new noise or
+                charge).
+            neighbors: ``add_remove`` (default) or ``replace``.
+            postprocess: ``none``, ``psd`` or ``shift``.
+            nonfinite: ``drop`` (default) or ``zero`` for rows with NaN/inf/null.
+            dimension: vector length for an array/vector column.
+            privacy_unit, max_rows_per_unit: contribution bounding per unit.
+            config_sha256: digest of the job config, recorded in the manifest.
+
+        Returns:
+            A :class:`Release` with array ``matrix`` of shape (d, d).
+        """
+        owner = "second_moment"
+        epsilon = V.check_real("epsilon", epsilon, owner=owner, low=0, low_open=True)
+        delta = V.check_real("delta", delta, owner=owner, low=0, high=1, low_open=True, high_open=True)
+        norm_bound = V.check_real("norm_bound", norm_bound, owner=owner, low=0, low_open=True)
+        V.check_option("mechanism", mechanism, SECOND_MOMENT_MECHANISMS, owner=owner)
+        V.check_option("neighbors", neighbors, NEIGHBORS, owner=owner)
+        V.check_option("postprocess", postprocess, POSTPROCESS, owner=owner)
+        V.check_option("nonfinite", nonfinite, NONFINITE_POLICIES, owner=owner)
+        max_rows_per_unit = V.check_int("max_rows_per_unit", max_rows_per_unit, owner=owner, low=1)
+        if privacy_unit is not None:
+            V.check_str("privacy_unit", privacy_unit, owner=owner)
+        columns = list(columns) if not isinstance(columns, str) else columns
+        d = vector_dimension(df, columns, dimension)  # schema check, no Spark job
+
+        event, sigma, sensitivity = analyze_gauss_plan(
+            epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit
+        )
+        params = {"postprocess": postprocess}
+        request = {
+            "dataset_id": self.dataset_id, "task": "second_moment", "mechanism": mechanism, "columns": columns,
+            "dimension": d, "params": params, "epsilon": epsilon, "delta": delta, "norm_bound": norm_bound,
+            "neighbors": neighbors, "nonfinite": nonfinite, "privacy_unit": privacy_unit,
+            "max_rows_per_unit": max_rows_per_unit, "sampler": self.sampler.name, "config_sha256": config_sha256,
+        }
+
+        def compute() -> np.ndarray:
+            return gram_matrix(
+                df, columns, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,
+                privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,
+            )
+
+        def noise(gram: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
+            return {"matrix": analyze_gauss(gram, chokepoint=cp, sigma=sigma, sensitivity=sensitivity, postprocess=postprocess)}
+
+        privacy = {
+            "epsilon": epsilon, "delta": delta, "neighbors": neighbors, "sensitivity": sensitivity,
+            "sensitivity_norm": "l2 of the upper triangle of A^T A", "norm_bound": norm_bound,
+            "noise": "gaussian", "noise_sigma": sigma, "calibration": "exact (Balle & Wang 2018)",
+            "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit,
+        }
+        return self._release(
+            task="second_moment", mechanism=mechanism, release_id=release_id, request=request, events=[event],
+            budget=Budget(epsilon, delta), compute=compute, noise=noise, privacy=privacy,
+            extra={"columns": columns, "params": params, "policies": {
+                "nonfinite": nonfinite, "clipping": f"rows scaled to L2 norm <= {norm_bound:g}",
+                "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
+            }},
+            config_sha256=config_sha256,
+        )
+
+    # -- the one release path -------------------------------------------------
+    def _release(
+        self,
+        *,
+        task: str,
+        mechanism: str,
+        release_id: str | None,
+        request: dict[str, Any],
+        events: list[Event],
+        budget: Budget,
+        compute: Callable[[], Any],
+        noise: Callable[[Any, Chokepoint], dict[str, np.ndarray]],
+        privacy: dict[str, Any],
+        extra: dict[str, Any],
+        config_sha256: str | None,
+    ) -> Release:
+        if release_id is not None:
+            V.check_str("release_id", release_id, owner=task)
+            if os.sep in release_id or release_id.startswith("."):
+                raise ConfigError(f"The 'release_id' parameter must not contain {os.sep!r} or start with '.'. Got {release_id!r} instead.")
+        rid = release_id or f"{task}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        request_sha = canonical_sha256(request)
+
+        existing = self.ledger.lookup(rid)
+        if existing is not None:
+            return self._existing(existing, request_sha=request_sha)
+
+        cp = Chokepoint(
+            self.ledger, dataset_id=self.dataset_id, release_id=rid, request_sha256=request_sha,
+            sampler=self.sampler, limit=self.limit,
+        )
+        cp.check(events)  # over budget → raises here, before any Spark work
+        fault_point("after_check")
+        exact = compute()
+        charge = cp.charge(events, budget)
+        log.info("release %s: charged epsilon=%g delta=%g to dataset %s (ledger entry %d)",
+                 rid, budget.epsilon, budget.delta, self.dataset_id, charge.seq)
+        fault_point("after_charge")
+        arrays = noise(exact, cp)
+        del exact
+        if cp.unused_events:
+            raise RuntimeError(f"bug: charged events were not used: {cp.unused_events}")
+        manifest = {
+            "schema_version": MANIFEST_SCHEMA_VERSION,
+            "release_id": rid,
+            "dataset_id": self.dataset_id,
+            "task": task,
+            "mechanism": mechanism,
+            **extra,
+            "privacy": {
+                **privacy,
+                "sampler": self.sampler.name,
+                "private": self.sampler.private,
+                "events": [event_to_dict(e) for e in events],
+                "ledger_entry": charge.seq,
+                "dataset_limit": (self.limit or self.ledger.ensure_dataset(self.dataset_id, None)).to_dict(),
+            },
+            "request_sha256": request_sha,
+            "config_sha256": config_sha256,
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "library_version": __version__,
+        }
+        release = Release(release_id=rid, arrays=arrays, manifest=manifest)
+        fault_point("during_write")
+        path = write_release(release, self.output)
+        self.ledger.mark_written(rid, path)
+        log.info("release %s written to %s", rid, path)
+        return release
+
+    def stored_release(self, release_id: str, *, config_sha256: str | None = None) -> Release | None:
+        """The stored release for ``release_id`` (None if the id was never charged).
+
+        Lets a job answer a re-run from the ledger without starting Spark.
+        Raises ReleaseConflictError if the id belongs to another dataset or
+        config, or was charged but never written.
+        """
+        charge = self.ledger.lookup(release_id)
+        if charge is None:
+            return None
+        return self._existing(charge, config_sha256=config_sha256)
+
+    def _existing(self, charge, *, request_sha: str | None = None, config_sha256: str | None = None) -> Release:
+        def conflict() -> ReleaseConflictError:
+            return ReleaseConflictError(
+                f"Release id {charge.release_id!r} was used for a different request "
+                f"(dataset {charge.dataset_id!r}); choose a new release id."
+            )
+
+        if charge.dataset_id != self.dataset_id or (request_sha is not None and charge.request_sha256 != request_sha):
+            raise conflict()
+        location = charge.location
+        if location is None:
+            # Crash between the atomic rename and the ledger's 'written' row:
+            # the complete release is there; record it now.
+            candidate = os.path.join(self.output, charge.release_id)
+            if os.path.isfile(os.path.join(candidate, "manifest.json")) and (
+                load_release(candidate).manifest.get("request_sha256") == charge.request_sha256
+            ):
+                self.ledger.mark_written(charge.release_id, candidate)
+                location = candidate
+        if location is None or not os.path.isfile(os.path.join(location, "manifest.json")):
+            raise ReleaseConflictError(
+                f"Release id {charge.release_id!r} was charged (epsilon={charge.budget.epsilon:g}, "
+                f"delta={charge.budget.delta:g}) but its release was never written; the charge stands. "
+                "Use a new release id."
+            )
+        release = load_release(location)
+        if config_sha256 is not None and release.manifest.get("config_sha256") != config_sha256:
+            raise conflict()
+        release.reused = True
+        log.info("release %s exists at %s: returning it (no new noise, no new charge)", charge.release_id, location)
+        return release
