@@ -250,7 +250,6 @@ class DPSession:
             "library_version": __version__,
         }
         release = Release(release_id=rid, arrays=arrays, manifest=manifest)
-        fault_point("during_write")
         path = write_release(release, self.output)
         self.ledger.mark_written(rid, path)
         log.info("release %s written to %s", rid, path)
