@@ -17,19 +17,10 @@ from spark_dp import _validation as V
 from spark_dp.aggregates import FORMATS, NONFINITE_POLICIES
 from spark_dp.aggregates.sources import check_path_exists
 from spark_dp.errors import ConfigError
-from spark_dp.privacy import NEIGHBORS
-from spark_dp.second_moment import POSTPROCESS
-from spark_dp.session import SECOND_MOMENT_MECHANISMS, canonical_sha256
+from spark_dp.cli.tasks import tasks
+from spark_dp.session import canonical_sha256
 
 OWNER = "the config"
-
-# task -> (mechanisms, {param: validator})
-TASKS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "second_moment": (
-        SECOND_MOMENT_MECHANISMS,
-        {"postprocess": lambda k, v: V.check_option(k, v, POSTPROCESS, owner=OWNER)},
-    ),
-}
 TOP_KEYS = ("release_id", "dataset", "task", "mechanism", "privacy", "params", "ledger", "output")
 REQUIRED_TOP = ("dataset", "task", "mechanism", "privacy", "ledger", "output")
 DATASET_KEYS = ("id", "path", "format", "columns", "dimension", "privacy_unit", "max_rows_per_unit", "nonfinite", "options")
@@ -39,7 +30,7 @@ OUTPUT_KEYS = ("path", "format")
 LARGE_EPSILON = 5.0
 
 
-def _section(raw: dict, name: str, keys: tuple[str, ...], required: tuple[str, ...]) -> dict:
+def _section(raw: dict, name: str, keys: tuple[str, ...], required: tuple[str, ...]) -> dict:  # noqa: D401
     sec = raw.get(name)
     if not isinstance(sec, dict):
         raise ConfigError(f"The {name!r} section of the config must be a mapping. Got {sec!r} instead.")
@@ -63,15 +54,17 @@ class DatasetConfig:
     max_rows_per_unit: int = 1
     nonfinite: str = "drop"
     options: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # task-specific keys (TaskSpec.dataset_keys)
 
 
 @dataclass(frozen=True)
 class PrivacyConfig:
     epsilon: float
     delta: float
-    norm_bound: float
+    norm_bound: float | None
     neighbors: str = "add_remove"
     sampler: str = "secure"
+    extra: dict = field(default_factory=dict)  # task-specific keys (TaskSpec.privacy_keys)
 
 
 @dataclass(frozen=True)
@@ -111,11 +104,13 @@ class JobConfig:
             if raw.get(k) is None:
                 raise ConfigError(f"Missing required key {k!r} in the config.")
 
-        task = V.check_option("task", raw["task"], TASKS, owner=OWNER)
-        mechanisms, param_checks = TASKS[task]
-        mechanism = V.check_option("mechanism", raw["mechanism"], mechanisms, owner=OWNER)
+        registry = tasks()
+        task = V.check_option("task", raw["task"], registry, owner=OWNER)
+        spec = registry[task]
+        mechanism = V.check_option("mechanism", raw["mechanism"], spec.mechanisms, owner=OWNER)
+        param_checks = spec.params
 
-        ds = _section(raw, "dataset", DATASET_KEYS, ("id", "path", "columns"))
+        ds = _section(raw, "dataset", DATASET_KEYS + tuple(spec.dataset_keys), ("id", "path", "columns"))
         columns = ds["columns"]
         if isinstance(columns, str):
             columns = [columns]
@@ -127,33 +122,37 @@ class JobConfig:
         dataset = DatasetConfig(
             id=V.check_str("dataset.id", ds["id"], owner=OWNER),
             path=V.check_str("dataset.path", ds["path"], owner=OWNER),
-            format=V.check_option("dataset.format", ds.get("format", "parquet"), FORMATS, owner=OWNER),
+            format=V.check_option("dataset.format", ds.get("format", "parquet"), spec.formats or FORMATS, owner=OWNER),
             columns=tuple(columns),
             dimension=None if ds.get("dimension") is None else V.check_int("dataset.dimension", ds["dimension"], owner=OWNER),
             privacy_unit=None if ds.get("privacy_unit") is None else V.check_str("dataset.privacy_unit", ds["privacy_unit"], owner=OWNER),
             max_rows_per_unit=V.check_int("dataset.max_rows_per_unit", ds.get("max_rows_per_unit", 1), owner=OWNER),
             nonfinite=V.check_option("dataset.nonfinite", ds.get("nonfinite", "drop"), NONFINITE_POLICIES, owner=OWNER),
             options=dict(options),
+            extra={k: check(f"dataset.{k}", ds[k]) for k, check in spec.dataset_keys.items() if ds.get(k) is not None},
         )
 
-        pv = _section(raw, "privacy", PRIVACY_KEYS, ("epsilon", "delta", "norm_bound"))
+        required = ("epsilon", "delta", "norm_bound") if spec.requires_norm_bound else ("epsilon", "delta")
+        pv = _section(raw, "privacy", PRIVACY_KEYS + tuple(spec.privacy_keys), required)
         privacy = PrivacyConfig(
             epsilon=V.check_real("privacy.epsilon", pv["epsilon"], owner=OWNER, low=0, low_open=True),
             delta=V.check_real("privacy.delta", pv["delta"], owner=OWNER, low=0, high=1, low_open=True, high_open=True),
-            norm_bound=V.check_real("privacy.norm_bound", pv["norm_bound"], owner=OWNER, low=0, low_open=True),
-            neighbors=V.check_option("privacy.neighbors", pv.get("neighbors", "add_remove"), NEIGHBORS, owner=OWNER),
+            norm_bound=None if pv.get("norm_bound") is None else V.check_real(
+                "privacy.norm_bound", pv["norm_bound"], owner=OWNER, low=0, low_open=True),
+            neighbors=V.check_option("privacy.neighbors", pv.get("neighbors", "add_remove"), spec.neighbors, owner=OWNER),
             sampler=V.check_option("privacy.sampler", pv.get("sampler", "secure"), ("secure", "numpy"), owner=OWNER),
+            extra={k: check(f"privacy.{k}", pv[k]) for k, check in spec.privacy_keys.items() if pv.get(k) is not None},
         )
 
         params = raw.get("params") or {}
         if not isinstance(params, dict):
             raise ConfigError(f"The 'params' section of the config must be a mapping. Got {params!r} instead.")
-        for k, v in params.items():
+        for k in params:
             if k not in param_checks:
                 raise ConfigError(
                     f"Unknown key 'params.{k}' for task {task!r}; expected one of {sorted(param_checks)}."
                 )
-            param_checks[k](f"params.{k}", v)
+        params = {k: param_checks[k](f"params.{k}", v) for k, v in params.items()}
 
         lg = _section(raw, "ledger", LEDGER_KEYS, ("uri",))
         if (lg.get("epsilon_limit") is None) != (lg.get("delta_limit") is None):
@@ -180,7 +179,15 @@ class JobConfig:
                 raise ConfigError(f"The 'release_id' parameter must not contain '/' or start with '.'. Got {release_id!r} instead.")
         if check_paths:
             check_path_exists(dataset.path)
-        return cls(release_id, dataset, task, mechanism, privacy, dict(params), ledger, output, canonical_sha256(raw))
+        config = cls(release_id, dataset, task, mechanism, privacy, dict(params), ledger, output, canonical_sha256(raw))
+        if spec.check is not None:
+            spec.check(config)
+        return config
+
+    @property
+    def spec(self):
+        """The task's :class:`~spark_dp.cli.tasks.TaskSpec`."""
+        return tasks()[self.task]
 
 
 def load_config(path: str, *, check_paths: bool = True) -> JobConfig:

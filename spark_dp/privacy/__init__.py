@@ -7,7 +7,7 @@ data-derived values.
 from spark_dp.privacy.accountant import Budget, compose_epsilon, total_mu
 from spark_dp.privacy.calibration import gaussian_noise_multiplier
 from spark_dp.privacy.chokepoint import Chokepoint, UnchargedNoiseError
-from spark_dp.privacy.events import GaussianEvent, LaplaceEvent
+from spark_dp.privacy.events import EpsilonDeltaEvent, GaussianEvent, LaplaceEvent
 from spark_dp.privacy.ledger import SQLiteLedger, open_ledger
 from spark_dp.privacy.noise import NoiseSampler, NumpySampler, SecureSampler, SeededSampler, make_sampler
 from spark_dp.privacy.sensitivity import NEIGHBORS, second_moment_l2_sensitivity
@@ -16,6 +16,7 @@ __all__ = [
     "NEIGHBORS",
     "Budget",
     "Chokepoint",
+    "EpsilonDeltaEvent",
     "GaussianEvent",
     "LaplaceEvent",
     "NoiseSampler",

@@ -14,9 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dp_accounting
-from dp_accounting import pld
+from dp_accounting.pld import common as pld_common
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from spark_dp.privacy.events import Event, GaussianEvent
+from spark_dp.privacy.events import EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEvent
+
+_PLD_INTERVAL = 1e-4
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,22 @@ def compose_epsilon(events: Sequence[Event], delta: float) -> float:
     if all(isinstance(e, GaussianEvent) for e in events):
         mu = total_mu(events)  # type: ignore[arg-type]
         return float(dp_accounting.get_epsilon_gaussian(1.0 / mu, delta))
-    accountant = pld.PLDAccountant(value_discretization_interval=1e-4)
+    composed = None
     for e in events:
-        accountant.compose(e.to_dp_event())
-    return float(accountant.get_epsilon(delta))
+        dist = _pld_of(e)
+        composed = dist if composed is None else composed.compose(dist)
+    return float(composed.get_epsilon_for_delta(delta))
+
+
+def _pld_of(event: Event) -> pld_lib.PrivacyLossDistribution:
+    """Pessimistic PLD of one event (dp-accounting; add/remove neighbours)."""
+    if isinstance(event, GaussianEvent):
+        return pld_lib.from_gaussian_mechanism(event.noise_multiplier, value_discretization_interval=_PLD_INTERVAL)
+    if isinstance(event, LaplaceEvent):
+        return pld_lib.from_laplace_mechanism(event.noise_multiplier, value_discretization_interval=_PLD_INTERVAL)
+    if isinstance(event, EpsilonDeltaEvent):
+        return pld_lib.from_privacy_parameters(
+            pld_common.DifferentialPrivacyParameters(event.epsilon, event.delta),
+            value_discretization_interval=_PLD_INTERVAL,
+        )
+    raise TypeError(f"no PLD for event {event!r}")

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from spark_dp.privacy.accountant import Budget
-from spark_dp.privacy.events import Event, GaussianEvent
+from spark_dp.privacy.events import Event, GaussianEvent, LaplaceEvent
 from spark_dp.privacy.ledger import Charge, SQLiteLedger
 from spark_dp.privacy.noise import NoiseSampler
 
@@ -72,23 +72,46 @@ class Chokepoint:
         self._pending = list(events)
         return self.charge_record
 
-    def _consume_gaussian(self, sigma: float, l2_sensitivity: float) -> None:
+    def _consume(self, kind: type, scale: float, sensitivity: float) -> None:
+        """Uses up the first pending event of ``kind`` whose noise multiplier ≤ scale/Δ."""
         if self._pending is None:
             raise UnchargedNoiseError("noise requested before the release was charged")
-        if not (l2_sensitivity > 0):
-            raise ValueError(f"l2_sensitivity must be positive, got {l2_sensitivity}")
-        z = sigma / l2_sensitivity
+        if not (sensitivity > 0):
+            raise ValueError(f"sensitivity must be positive, got {sensitivity}")
+        z = scale / sensitivity
         for idx, ev in enumerate(self._pending):
-            if isinstance(ev, GaussianEvent) and z >= ev.noise_multiplier * (1 - 1e-12):
+            if isinstance(ev, kind) and z >= ev.noise_multiplier * (1 - 1e-12):
                 del self._pending[idx]
                 return
         raise UnchargedNoiseError(
-            f"no charged Gaussian event covers sigma/sensitivity = {z:.6g} (pending: {self._pending})"
+            f"no charged {kind.__name__} covers scale/sensitivity = {z:.6g} (pending: {self._pending})"
+        )
+
+    def randomness(self, event: Event) -> NoiseSampler:
+        """Uses up the charged ``event`` and returns the sampler for its randomness.
+
+        For mechanisms whose randomness is not additive noise on a vector
+        (Wishart matrices, JL projections keyed per partition): they draw from
+        the returned sampler (``standard_normal``, ``key``) only after this call.
+        """
+        if self._pending is None:
+            raise UnchargedNoiseError("randomness requested before the release was charged")
+        for idx, ev in enumerate(self._pending):
+            if ev == event:
+                del self._pending[idx]
+                return self.sampler
+        raise UnchargedNoiseError(f"event {event!r} was not charged (pending: {self._pending})")
+
+    def laplace(self, values: np.ndarray, *, scale: float, l1_sensitivity: float) -> np.ndarray:
+        """``values`` + Laplace noise of scale b, covered by a charged LaplaceEvent."""
+        self._consume(LaplaceEvent, scale, l1_sensitivity)
+        return self.sampler.laplace(np.asarray(values, dtype=np.float64).reshape(-1), scale, l1_sensitivity).reshape(
+            np.shape(values)
         )
 
     def gaussian(self, values: np.ndarray, *, sigma: float, l2_sensitivity: float) -> np.ndarray:
         """``values`` + Gaussian noise of scale σ, covered by a charged event."""
-        self._consume_gaussian(sigma, l2_sensitivity)
+        self._consume(GaussianEvent, sigma, l2_sensitivity)
         return self.sampler.gaussian(np.asarray(values, dtype=np.float64).reshape(-1), sigma, l2_sensitivity).reshape(
             np.shape(values)
         )

@@ -65,8 +65,30 @@ class LaplaceEvent:
         return dp_event.LaplaceDpEvent(noise_multiplier=self.noise_multiplier)
 
 
-Event = GaussianEvent | LaplaceEvent
-_KINDS: dict[str, type] = {cls.kind: cls for cls in (GaussianEvent, LaplaceEvent)}
+@dataclass(frozen=True, slots=True)
+class EpsilonDeltaEvent:
+    """A mechanism known only to be (ε, δ)-DP (e.g. additive Wishart, Sheffet Thm 4.1).
+
+    Composed through its PLD (``from_privacy_parameters``), which is the
+    tightest composition available for a bare (ε, δ) guarantee.
+    ``mechanism`` names it in the ledger; it does not affect accounting.
+    """
+
+    epsilon: float
+    delta: float
+    mechanism: str = "unspecified"
+    kind: ClassVar[str] = "epsilon_delta"
+
+    def __post_init__(self) -> None:
+        if not (self.epsilon >= 0 and math.isfinite(self.epsilon)) or not (0 <= self.delta < 1):
+            raise ValueError(f"need finite epsilon >= 0 and 0 <= delta < 1, got {self.epsilon}, {self.delta}")
+
+    def to_dp_event(self) -> dp_event.DpEvent:
+        return dp_event.UnsupportedDpEvent()
+
+
+Event = GaussianEvent | LaplaceEvent | EpsilonDeltaEvent
+_KINDS: dict[str, type] = {cls.kind: cls for cls in (GaussianEvent, LaplaceEvent, EpsilonDeltaEvent)}
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

@@ -49,6 +49,20 @@ class NoiseSampler:
         """Returns ``values`` + N(0, σ²I) (or its secure discrete analogue)."""
         raise NotImplementedError
 
+    def laplace(self, values: np.ndarray, scale: float, l1_sensitivity: float) -> np.ndarray:
+        """Returns ``values`` + Lap(b)ⁿ (or its secure discrete analogue)."""
+        raise NotImplementedError
+
+    def standard_normal(self, size: int) -> np.ndarray:
+        """``size`` i.i.d. N(0, 1) draws, for mechanisms built from Gaussians
+        (Wishart via Bartlett or Σ g gᵀ). The secure sampler draws a discrete
+        Gaussian on the 2^k grid: a distribution within 2^k of N(0, 1)."""
+        return self.gaussian(np.zeros(size), 1.0, 1.0)
+
+    def key(self) -> int:
+        """A 128-bit secret key, e.g. for a counter-based generator on executors."""
+        return secrets.randbits(128)
+
     def describe(self) -> dict:
         return {"name": self.name, "private": self.private}
 
@@ -73,36 +87,40 @@ class SecureSampler(NoiseSampler):
     name: str = "secure"
     private: bool = True
 
-    def _measurement(self, size: int, scale: float):
+    def _measurement(self, kind: str, size: int, scale: float):
         import opendp.prelude as dp
 
         dp.enable_features("contrib")
-        space = (
-            dp.vector_domain(dp.atom_domain(T=float, nan=False), size=size),
-            dp.l2_distance(T=float),
-        )
-        return dp.m.make_gaussian(*space, scale=scale, k=self.grid_exponent)
+        domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=size)
+        if kind == "gaussian":
+            return dp.m.make_gaussian(domain, dp.l2_distance(T=float), scale=scale, k=self.grid_exponent)
+        return dp.m.make_laplace(domain, dp.l1_distance(T=float), scale=scale, k=self.grid_exponent)
 
     def gaussian(self, values: np.ndarray, sigma: float, l2_sensitivity: float) -> np.ndarray:
-        values = _check_inputs(values, sigma)
+        # OpenDP's map gives ρ (zCDP) for the Gaussian: ρ = Δ²/(2σ²).
+        return self._add(values, "gaussian", sigma, l2_sensitivity, l2_sensitivity**2 / (2 * sigma**2))
+
+    def laplace(self, values: np.ndarray, scale: float, l1_sensitivity: float) -> np.ndarray:
+        # OpenDP's map gives ε for the Laplace: ε = Δ/b.
+        return self._add(values, "laplace", scale, l1_sensitivity, l1_sensitivity / scale)
+
+    def _add(self, values: np.ndarray, kind: str, scale: float, sensitivity: float, loss_nominal: float) -> np.ndarray:
+        values = _check_inputs(values, scale)
         n = values.size
         if n == 0:
             return values.copy()
-        # Grid rounding of the inputs costs OpenDP a hair of ρ (about 1e-7
-        # relative at k = -30): pay it in noise, never in privacy.
-        rho_nominal = l2_sensitivity**2 / (2 * sigma**2)
-        scale = sigma
+        # Grid rounding of the inputs costs OpenDP a hair of privacy (about
+        # 1e-7 relative at k = -30): pay it in noise, never in privacy.
         for _ in range(20):
-            rho = self._measurement(n, scale).map(float(l2_sensitivity))
-            if rho <= rho_nominal:
+            if self._measurement(kind, n, scale).map(float(sensitivity)) <= loss_nominal:
                 break
             scale *= 1 + 1e-6
         else:  # pragma: no cover - would need a grid far coarser than 2^-30
-            raise ArithmeticError("OpenDP's privacy map stays above the charged rho")
+            raise ArithmeticError("OpenDP's privacy map stays above the charged privacy loss")
         chunks = [values[i : i + _SECURE_CHUNK] for i in range(0, n, _SECURE_CHUNK)]
 
         def draw(chunk: np.ndarray) -> np.ndarray:
-            meas = self._measurement(chunk.size, scale)
+            meas = self._measurement(kind, chunk.size, scale)
             return np.asarray(meas(chunk.tolist()), dtype=np.float64)
 
         if len(chunks) == 1 or self.threads == 1:
@@ -124,8 +142,16 @@ class NumpySampler(NoiseSampler):
     def gaussian(self, values: np.ndarray, sigma: float, l2_sensitivity: float) -> np.ndarray:
         values = _check_inputs(values, sigma)
         rng = np.random.default_rng(secrets.randbits(128))
+        return self._round(values + rng.normal(0.0, sigma, size=values.size))
+
+    def laplace(self, values: np.ndarray, scale: float, l1_sensitivity: float) -> np.ndarray:
+        values = _check_inputs(values, scale)
+        rng = np.random.default_rng(secrets.randbits(128))
+        return self._round(values + rng.laplace(0.0, scale, size=values.size))
+
+    def _round(self, noisy: np.ndarray) -> np.ndarray:
         grid = math.ldexp(1.0, self.grid_exponent)
-        return np.round((values + rng.normal(0.0, sigma, size=values.size)) / grid) * grid
+        return np.round(noisy / grid) * grid
 
 
 @dataclass
@@ -139,6 +165,13 @@ class SeededSampler(NoiseSampler):
     def gaussian(self, values: np.ndarray, sigma: float, l2_sensitivity: float) -> np.ndarray:
         values = _check_inputs(values, sigma)
         return values + self.rng.normal(0.0, sigma, size=values.size)
+
+    def laplace(self, values: np.ndarray, scale: float, l1_sensitivity: float) -> np.ndarray:
+        values = _check_inputs(values, scale)
+        return values + self.rng.laplace(0.0, scale, size=values.size)
+
+    def key(self) -> int:
+        return int(self.rng.integers(0, 2**63)) << 64 | int(self.rng.integers(0, 2**63))
 
 
 SAMPLERS = ("secure", "numpy")

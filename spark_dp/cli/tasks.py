@@ -1,0 +1,78 @@
+"""The registry of job tasks: what each task accepts and how it runs.
+
+A task is declared once, in its own module, as a :class:`TaskSpec`; the
+config validator and the job runner read only this registry. Families add a
+module to ``_TASK_MODULES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_dp.cli.config import JobConfig
+    from spark_dp.privacy.events import Event
+    from spark_dp.release import Release
+    from spark_dp.session import DPSession
+
+Validator = Callable[[str, Any], Any]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One job task.
+
+    Attributes:
+        name: the config's ``task``.
+        mechanisms: accepted values of ``mechanism``.
+        params: ``params`` keys → validator ``(qualified_key, value) -> value``
+            raising ConfigError with the key in its message.
+        plan: the privacy events of a release, from the config alone (used for
+            the budget dry run before Spark starts).
+        run: ``run(session, config, spark_or_None) -> Release``; reads the
+            dataset itself (``spark`` is None for tasks that need no Spark).
+        dataset_keys: extra keys allowed in ``dataset`` (validators), on top of
+            the common ones; their values land in ``config.dataset.extra``.
+        privacy_keys: extra keys allowed in ``privacy`` (validators), in
+            ``config.privacy.extra``.
+        requires_norm_bound: whether ``privacy.norm_bound`` is required.
+        formats: accepted ``dataset.format`` values (None: the Spark formats).
+        neighbors: accepted ``privacy.neighbors`` values.
+        needs_spark: whether ``run`` needs a SparkSession.
+        check: optional cross-key validation ``check(config)``, run before Spark.
+    """
+
+    name: str
+    mechanisms: tuple[str, ...]
+    params: dict[str, Validator]
+    plan: Callable[[JobConfig], list[Event]]
+    run: Callable[[DPSession, JobConfig, SparkSession | None], Release]
+    dataset_keys: dict[str, Validator] = field(default_factory=dict)
+    privacy_keys: dict[str, Validator] = field(default_factory=dict)
+    requires_norm_bound: bool = True
+    formats: tuple[str, ...] | None = None
+    neighbors: tuple[str, ...] = ("add_remove", "replace")
+    needs_spark: bool = True
+    check: Callable[[JobConfig], None] | None = None
+
+
+_TASK_MODULES = ("spark_dp.cli.task_second_moment",)
+_REGISTRY: dict[str, TaskSpec] = {}
+
+
+def register(spec: TaskSpec) -> TaskSpec:
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def tasks() -> dict[str, TaskSpec]:
+    """All registered tasks by name (imports the task modules once)."""
+    if not _REGISTRY:
+        for mod in _TASK_MODULES:
+            importlib.import_module(mod)
+    return _REGISTRY
