@@ -30,17 +30,13 @@ from pyspark.sql import DataFrame
 from spark_dp import _validation as V
 from spark_dp._faults import fault_point
 from spark_dp._version import __version__
-from spark_dp.aggregates import NONFINITE_POLICIES, gram_matrix, vector_dimension
 from spark_dp.errors import ConfigError, ReleaseConflictError
-from spark_dp.privacy import NEIGHBORS, Budget, Chokepoint, NoiseSampler, make_sampler, open_ledger
+from spark_dp.privacy import Budget, Chokepoint, NoiseSampler, make_sampler, open_ledger
 from spark_dp.privacy.events import Event, event_to_dict
 from spark_dp.privacy.ledger import DatasetStatus
 from spark_dp.release import MANIFEST_SCHEMA_VERSION, Release, load_release, write_release
-from spark_dp.second_moment import POSTPROCESS, analyze_gauss, analyze_gauss_plan
 
 log = logging.getLogger("spark_dp")
-
-SECOND_MOMENT_MECHANISMS = ("analyze_gauss",)
 
 
 def canonical_sha256(obj: Any) -> str:
@@ -96,99 +92,15 @@ class DPSession:
         rows = self.ledger.status(self.dataset_id)
         return rows[0] if rows else None
 
-    # -- tasks -------------------------------------------------------------
-    def second_moment(
-        self,
-        df: DataFrame,
-        columns: Sequence[str],
-        *,
-        epsilon: float,
-        delta: float,
-        norm_bound: float,
-        mechanism: str = "analyze_gauss",
-        release_id: str | None = None,
-        neighbors: str = "add_remove",
-        postprocess: str = "none",
-        nonfinite: str = "drop",
-        dimension: int | None = None,
-        privacy_unit: str | None = None,
-        max_rows_per_unit: int = 1,
-        config_sha256: str | None = None,
-    ) -> Release:
-        """Releases a private AᵀA of the rows of ``df[columns]``.
+    # -- tasks (each family's API lives in its package) ---------------------
+    def second_moment(self, df: DataFrame, columns: Sequence[str], **kwargs: Any) -> Release:
+        """A private second-moment matrix; see :func:`spark_dp.second_moment.api.second_moment`."""
+        from spark_dp.second_moment.api import second_moment
 
-        Args:
-            df: the data.
-            columns: numeric columns, or one array/vector column (with
-                ``dimension``), in the order of the matrix's rows.
-            epsilon, delta: the release's (ε, δ).
-            norm_bound: B; rows are clipped to ‖a‖₂ ≤ B.
-            mechanism: ``analyze_gauss``.
-            release_id: idempotency key; a new one is made if None. A release
-                id seen before returns the stored release (no new noise or
-                charge).
-            neighbors: ``add_remove`` (default) or ``replace``.
-            postprocess: ``none``, ``psd`` or ``shift``.
-            nonfinite: ``drop`` (default) or ``zero`` for rows with NaN/inf/null.
-            dimension: vector length for an array/vector column.
-            privacy_unit, max_rows_per_unit: contribution bounding per unit.
-            config_sha256: digest of the job config, recorded in the manifest.
-
-        Returns:
-            A :class:`Release` with array ``matrix`` of shape (d, d).
-        """
-        owner = "second_moment"
-        epsilon = V.check_real("epsilon", epsilon, owner=owner, low=0, low_open=True)
-        delta = V.check_real("delta", delta, owner=owner, low=0, high=1, low_open=True, high_open=True)
-        norm_bound = V.check_real("norm_bound", norm_bound, owner=owner, low=0, low_open=True)
-        V.check_option("mechanism", mechanism, SECOND_MOMENT_MECHANISMS, owner=owner)
-        V.check_option("neighbors", neighbors, NEIGHBORS, owner=owner)
-        V.check_option("postprocess", postprocess, POSTPROCESS, owner=owner)
-        V.check_option("nonfinite", nonfinite, NONFINITE_POLICIES, owner=owner)
-        max_rows_per_unit = V.check_int("max_rows_per_unit", max_rows_per_unit, owner=owner, low=1)
-        if privacy_unit is not None:
-            V.check_str("privacy_unit", privacy_unit, owner=owner)
-        columns = list(columns) if not isinstance(columns, str) else columns
-        d = vector_dimension(df, columns, dimension)  # schema check, no Spark job
-
-        event, sigma, sensitivity = analyze_gauss_plan(
-            epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit
-        )
-        params = {"postprocess": postprocess}
-        request = {
-            "dataset_id": self.dataset_id, "task": "second_moment", "mechanism": mechanism, "columns": columns,
-            "dimension": d, "params": params, "epsilon": epsilon, "delta": delta, "norm_bound": norm_bound,
-            "neighbors": neighbors, "nonfinite": nonfinite, "privacy_unit": privacy_unit,
-            "max_rows_per_unit": max_rows_per_unit, "sampler": self.sampler.name, "config_sha256": config_sha256,
-        }
-
-        def compute() -> np.ndarray:
-            return gram_matrix(
-                df, columns, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,
-                privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,
-            )
-
-        def noise(gram: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
-            return {"matrix": analyze_gauss(gram, chokepoint=cp, sigma=sigma, sensitivity=sensitivity, postprocess=postprocess)}
-
-        privacy = {
-            "epsilon": epsilon, "delta": delta, "neighbors": neighbors, "sensitivity": sensitivity,
-            "sensitivity_norm": "l2 of the upper triangle of A^T A", "norm_bound": norm_bound,
-            "noise": "gaussian", "noise_sigma": sigma, "calibration": "exact (Balle & Wang 2018)",
-            "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit,
-        }
-        return self._release(
-            task="second_moment", mechanism=mechanism, release_id=release_id, request=request, events=[event],
-            budget=Budget(epsilon, delta), compute=compute, noise=noise, privacy=privacy,
-            extra={"columns": columns, "params": params, "policies": {
-                "nonfinite": nonfinite, "clipping": f"rows scaled to L2 norm <= {norm_bound:g}",
-                "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
-            }},
-            config_sha256=config_sha256,
-        )
+        return second_moment(self, df, columns, **kwargs)
 
     # -- the one release path -------------------------------------------------
-    def _release(
+    def run_release(
         self,
         *,
         task: str,
@@ -203,6 +115,28 @@ class DPSession:
         extra: dict[str, Any],
         config_sha256: str | None,
     ) -> Release:
+        """The one release path every task uses (the families' extension point).
+
+        Order: release id seen before → stored release; dry-run ``events``
+        against the budget (raises before any Spark work); ``compute()`` the
+        exact summary; charge ``events``; ``noise(exact, chokepoint)`` returns
+        the payload arrays, drawing only through the chokepoint; write
+        atomically; record as written.
+
+        Args:
+            task, mechanism: names recorded in the manifest.
+            release_id: idempotency key (None: a new one).
+            request: everything that defines the release (hashed; a re-run
+                with the same id must hash the same).
+            events: the privacy events of the whole release, all charged at once.
+            budget: the (ε, δ) the release claims.
+            compute: computes the exact summary (Spark work happens here).
+            noise: turns the summary into payload arrays via the chokepoint;
+                every charged event must be used.
+            privacy: manifest ``privacy`` fields (neighbours, sensitivity, σ…).
+            extra: further manifest fields (``params``, ``columns``, ``policies``…).
+            config_sha256: digest of the job config, if run from one.
+        """
         if release_id is not None:
             V.check_str("release_id", release_id, owner=task)
             if os.sep in release_id or release_id.startswith("."):

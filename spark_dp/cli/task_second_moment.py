@@ -5,7 +5,7 @@ from __future__ import annotations
 from spark_dp import _validation as V
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.second_moment import POSTPROCESS, analyze_gauss_plan
-from spark_dp.session import SECOND_MOMENT_MECHANISMS
+from spark_dp.second_moment.api import SECOND_MOMENT_MECHANISMS
 
 OWNER = "the config"
 
