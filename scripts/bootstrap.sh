@@ -18,6 +18,16 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
   echo "spark-dp needs Python 3.11 or newer: run 'make PYTHON=python3.11 ...'." >&2
   exit 1
 fi
+# The PostgreSQL ledger tests need a local server binary. Install Debian's
+# when missing and we may (root with apt-get); otherwise those tests skip,
+# saying why.
+if ! command -v pg_ctl >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing PostgreSQL server binaries for the ledger tests (apt-get) ..."
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+      || echo "could not install PostgreSQL; its ledger tests will be skipped" >&2
+  fi
+fi
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi

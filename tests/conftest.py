@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import uuid
 
 import pytest
 
@@ -26,3 +29,32 @@ def spark():
 @pytest.fixture
 def ledger_uri(tmp_path):
     return f"sqlite:///{tmp_path}/ledger.db"
+
+
+@pytest.fixture(scope="session")
+def postgres_base():
+    """A PostgreSQL server for the whole run (started once, always stopped)."""
+    from tests._postgres import available, postgres_server
+
+    reason = available()
+    if reason:
+        pytest.skip(f"PostgreSQL ledger tests need a server: {reason}")
+    # Not under pytest's tmp dir: as root the server runs as 'postgres', which
+    # must be able to reach its directory.
+    workdir = tempfile.mkdtemp(prefix="spark-dp-pg-")
+    try:
+        with postgres_server(workdir) as base:
+            yield base
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_ledger_uri(request, tmp_path):
+    """A fresh, empty ledger on each backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/ledger.db"
+    from tests._postgres import create_database
+
+    base = request.getfixturevalue("postgres_base")
+    return create_database(base, f"ledger_{uuid.uuid4().hex[:12]}")

@@ -5,7 +5,7 @@ import sqlite3
 
 import pytest
 
-from spark_dp.errors import BudgetExceededError, ConfigError, ReleaseConflictError
+from spark_dp.errors import BudgetExceededError, ConfigError, LedgerError, ReleaseConflictError
 from spark_dp.privacy import Budget, GaussianEvent, compose_epsilon, gaussian_noise_multiplier, open_ledger
 
 DELTA = 1e-6
@@ -32,7 +32,8 @@ def _racer(uri: str, worker: int, attempts: int, limit: Budget, queue) -> None:
     queue.put(ok)
 
 
-def test_racing_processes_never_overspend(ledger_uri):
+def test_racing_processes_never_overspend(any_ledger_uri):
+    ledger_uri = any_ledger_uri
     limit = _limit_for(10)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
@@ -50,8 +51,8 @@ def test_racing_processes_never_overspend(ledger_uri):
     assert len(ledger.charges("race")) == 10
 
 
-def test_dry_run_charges_nothing_and_over_budget_is_refused(ledger_uri):
-    ledger = open_ledger(ledger_uri)
+def test_dry_run_charges_nothing_and_over_budget_is_refused(any_ledger_uri):
+    ledger = open_ledger(any_ledger_uri)
     limit = _limit_for(2)
     ledger.check("ds", [GaussianEvent(Z)], limit)
     assert ledger.status("ds") == []  # a dry run does not even register the dataset
@@ -67,8 +68,8 @@ def test_dry_run_charges_nothing_and_over_budget_is_refused(ledger_uri):
     assert ledger.status("ds")[0].releases == 2
 
 
-def test_release_id_is_charged_once(ledger_uri):
-    ledger = open_ledger(ledger_uri)
+def test_release_id_is_charged_once(any_ledger_uri):
+    ledger = open_ledger(any_ledger_uri)
     kw = dict(dataset_id="ds", request_sha256="x", events=[GaussianEvent(Z)], budget=Budget(1, DELTA),
               limit=Budget(10, 1e-5))
     ledger.charge(release_id="same", **kw)
@@ -77,8 +78,8 @@ def test_release_id_is_charged_once(ledger_uri):
     assert ledger.status("ds")[0].releases == 1
 
 
-def test_limits_change_only_explicitly(ledger_uri):
-    ledger = open_ledger(ledger_uri)
+def test_limits_change_only_explicitly(any_ledger_uri):
+    ledger = open_ledger(any_ledger_uri)
     ledger.ensure_dataset("ds", Budget(1.0, 1e-6))
     with pytest.raises(ConfigError, match="set-limit"):
         ledger.ensure_dataset("ds", Budget(2.0, 1e-6))
@@ -98,11 +99,33 @@ def test_charges_are_append_only_and_written_marks_are_separate(ledger_uri, tmp_
         ledger.mark_written("a", "elsewhere")  # a release is written once
 
 
-def test_unknown_dataset_without_limit_is_a_clear_error(ledger_uri):
+def test_postgres_ledger_keeps_the_same_promises_across_reconnects(postgres_base):
+    from tests._postgres import create_database
+
+    uri = create_database(postgres_base, "reconnect")
+    a = open_ledger(uri)
+    a.charge(release_id="p1", dataset_id="ds", request_sha256="x", events=[GaussianEvent(Z)],
+             budget=Budget(1, DELTA), limit=Budget(10, 1e-5))
+    b = open_ledger(uri)  # a second "host"
+    assert b.lookup("p1").events == (GaussianEvent(Z),)
+    with pytest.raises(ReleaseConflictError):
+        b.charge(release_id="p1", dataset_id="ds", request_sha256="x", events=[GaussianEvent(Z)],
+                 budget=Budget(1, DELTA), limit=Budget(10, 1e-5))
+    assert b.status("ds")[0].spent_epsilon == pytest.approx(a.status("ds")[0].spent_epsilon)
+
+
+def test_unknown_dataset_without_limit_is_a_clear_error(any_ledger_uri):
     with pytest.raises(ConfigError, match="epsilon_limit"):
-        open_ledger(ledger_uri).check("nobody", [GaussianEvent(Z)], None)
+        open_ledger(any_ledger_uri).check("nobody", [GaussianEvent(Z)], None)
 
 
 def test_bad_ledger_uri():
     with pytest.raises(ConfigError, match="ledger.uri"):
-        open_ledger("postgres://host/db")
+        open_ledger("mysql://host/db")
+
+
+def test_unreachable_postgres_is_a_clear_error():
+    from tests._postgres import free_port
+
+    with pytest.raises(LedgerError, match="cannot open ledger"):
+        open_ledger(f"postgresql://nobody@127.0.0.1:{free_port()}/x")

@@ -164,8 +164,10 @@ class JobConfig:
             delta_limit=None if lg.get("delta_limit") is None else V.check_real(
                 "ledger.delta_limit", lg["delta_limit"], owner=OWNER, low=0, high=1, low_open=True, high_open=True),
         )
-        if ledger.uri.split("://")[0] not in ("sqlite",) and "://" in ledger.uri:
-            raise ConfigError(f"The 'ledger.uri' parameter must be a sqlite:/// URI or a file path. Got {ledger.uri!r} instead.")
+        if "://" in ledger.uri and ledger.uri.split("://")[0] not in ("sqlite", "postgresql", "postgres"):
+            raise ConfigError(
+                f"The 'ledger.uri' parameter must be a sqlite:/// or postgresql:// URI, or a file path. Got {ledger.uri!r} instead."
+            )
 
         out = _section(raw, "output", OUTPUT_KEYS, ("path",))
         output = OutputConfig(

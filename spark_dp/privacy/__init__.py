@@ -8,7 +8,7 @@ from spark_dp.privacy.accountant import Budget, compose_epsilon, total_mu
 from spark_dp.privacy.calibration import gaussian_noise_multiplier
 from spark_dp.privacy.chokepoint import Chokepoint, UnchargedNoiseError
 from spark_dp.privacy.events import EpsilonDeltaEvent, GaussianEvent, LaplaceEvent
-from spark_dp.privacy.ledger import SQLiteLedger, open_ledger
+from spark_dp.privacy.ledger import Ledger, PostgresLedger, SQLiteLedger, open_ledger
 from spark_dp.privacy.noise import NoiseSampler, NumpySampler, SecureSampler, SeededSampler, make_sampler
 from spark_dp.privacy.sensitivity import NEIGHBORS, second_moment_l2_sensitivity
 
@@ -21,6 +21,8 @@ __all__ = [
     "LaplaceEvent",
     "NoiseSampler",
     "NumpySampler",
+    "Ledger",
+    "PostgresLedger",
     "SQLiteLedger",
     "SecureSampler",
     "SeededSampler",

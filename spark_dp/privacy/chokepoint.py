@@ -23,7 +23,7 @@ import numpy as np
 
 from spark_dp.privacy.accountant import Budget
 from spark_dp.privacy.events import Event, GaussianEvent, LaplaceEvent
-from spark_dp.privacy.ledger import Charge, SQLiteLedger
+from spark_dp.privacy.ledger import Charge, Ledger
 from spark_dp.privacy.noise import NoiseSampler
 
 
@@ -36,7 +36,7 @@ class Chokepoint:
 
     def __init__(
         self,
-        ledger: SQLiteLedger,
+        ledger: Ledger,
         *,
         dataset_id: str,
         release_id: str,

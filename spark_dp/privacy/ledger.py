@@ -1,12 +1,18 @@
 """The durable privacy ledger: an append-only store of charges per dataset.
 
-SQLite by default (one file, ``sqlite:///relative.db`` or
-``sqlite:////absolute.db``). Guarantees, relied on by the chokepoint:
+Two backends with the same guarantees:
+
+* SQLite (default): one file, ``sqlite:///relative.db`` or
+  ``sqlite:////absolute.db`` (or a bare path). For jobs on one host.
+* PostgreSQL: ``postgresql://user@host:port/db``, for jobs on many hosts.
+
+Guarantees, relied on by the chokepoint:
 
 * **No overspend under concurrency.** A charge is checked against the
-  dataset's limit and appended in one ``BEGIN IMMEDIATE`` transaction, which
-  serialises writers across processes; the budget check re-reads every
-  earlier charge inside that transaction.
+  dataset's limit and appended in one transaction that excludes every other
+  charge on the ledger (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a
+  transaction-scoped advisory lock per dataset); the budget check re-reads
+  every earlier charge inside that transaction.
 * **Durable before noise.** The transaction commits (``synchronous=FULL``)
   before the caller may draw noise, so a crash after the charge never
   refunds it.
@@ -27,6 +33,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
+from typing import Any
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,18 +49,18 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS datasets (
     dataset_id    TEXT PRIMARY KEY,
-    epsilon_limit REAL NOT NULL,
-    delta_limit   REAL NOT NULL,
+    epsilon_limit DOUBLE PRECISION NOT NULL,
+    delta_limit   DOUBLE PRECISION NOT NULL,
     created_at    TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS charges (
-    seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq            {serial},
     release_id     TEXT NOT NULL UNIQUE,
     dataset_id     TEXT NOT NULL REFERENCES datasets(dataset_id),
     request_sha256 TEXT NOT NULL,
     events         TEXT NOT NULL,
-    epsilon        REAL NOT NULL,
-    delta          REAL NOT NULL,
+    epsilon        DOUBLE PRECISION NOT NULL,
+    delta          DOUBLE PRECISION NOT NULL,
     created_at     TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS releases (
@@ -62,10 +69,10 @@ CREATE TABLE IF NOT EXISTS releases (
     written_at TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS limit_changes (
-    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq           {serial},
     dataset_id    TEXT NOT NULL,
-    epsilon_limit REAL NOT NULL,
-    delta_limit   REAL NOT NULL,
+    epsilon_limit DOUBLE PRECISION NOT NULL,
+    delta_limit   DOUBLE PRECISION NOT NULL,
     changed_at    TEXT NOT NULL
 );
 """
@@ -120,7 +127,7 @@ def sqlite_path_from_uri(uri: str) -> str:
     parsed = urlparse(uri)
     if parsed.scheme != "sqlite":
         raise ConfigError(
-            f"The 'ledger.uri' parameter must be a sqlite:/// URI or a file path. Got {uri!r} instead."
+            f"The 'ledger.uri' parameter must be a sqlite:/// or postgresql:// URI, or a file path. Got {uri!r} instead."
         )
     path = uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else ""
     if not path:
@@ -128,47 +135,57 @@ def sqlite_path_from_uri(uri: str) -> str:
     return path
 
 
-class SQLiteLedger:
-    """Ledger in one SQLite file. Safe for many processes on one host."""
+class _Connection:
+    """A DB-API connection that speaks ``?`` placeholders on either backend."""
 
-    def __init__(self, uri: str, *, timeout: float = 120.0) -> None:
-        self.uri = uri
-        self.path = sqlite_path_from_uri(uri)
-        parent = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(parent, exist_ok=True)
-        self._timeout = timeout
-        with self._transaction() as con:
+    def __init__(self, raw: Any, placeholder: str) -> None:
+        self.raw = raw
+        self._ph = placeholder
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        if self._ph != "?":
+            sql = sql.replace("?", self._ph)
+        cur = self.raw.cursor()
+        cur.execute(sql, tuple(params))
+        return cur
+
+
+class Ledger:
+    """Common logic of the ledger; backends supply connections and locking."""
+
+    uri: str
+    path: str  # what to show in messages
+    _serial = ""
+
+    def _init_schema(self) -> None:
+        with self._transaction(None) as con:
             for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
-                con.execute(stmt)
+                con.execute(stmt.format(serial=self._serial))
             row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if row is None:
                 con.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) > SCHEMA_VERSION:
                 raise LedgerError(f"ledger {self.path} has schema {row[0]}, newer than this spark-dp ({SCHEMA_VERSION})")
 
-    # -- connections ---------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            con = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise LedgerError(f"cannot open ledger {self.path}: {exc}") from exc
-        con.execute("PRAGMA synchronous=FULL")
-        con.execute("PRAGMA foreign_keys=ON")
-        return con
+    # -- connections (backend) -------------------------------------------
+    def _connect(self) -> _Connection:
+        raise NotImplementedError
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, dataset_id: str | None) -> Iterator[_Connection]:
+        """A write transaction exclusive with every other charge on ``dataset_id``."""
+        raise NotImplementedError
+
+    @contextmanager
+    def _reading(self) -> Iterator[_Connection]:
         con = self._connect()
         try:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
+            yield con
         finally:
-            con.close()
+            self._close(con)
+
+    def _close(self, con: _Connection) -> None:
+        con.raw.close()
 
     # -- datasets ------------------------------------------------------
     def ensure_dataset(self, dataset_id: str, limit: Budget | None) -> Budget:
@@ -177,10 +194,10 @@ class SQLiteLedger:
         A later request naming a different limit is refused: limits change only
         through :meth:`set_limit`, an explicit, recorded act.
         """
-        with self._transaction() as con:
+        with self._transaction(dataset_id) as con:
             return self._ensure_dataset(con, dataset_id, limit)
 
-    def _ensure_dataset(self, con: sqlite3.Connection, dataset_id: str, limit: Budget | None) -> Budget:
+    def _ensure_dataset(self, con: _Connection, dataset_id: str, limit: Budget | None) -> Budget:
         row = con.execute(
             "SELECT epsilon_limit, delta_limit FROM datasets WHERE dataset_id = ?", (dataset_id,)
         ).fetchone()
@@ -206,7 +223,7 @@ class SQLiteLedger:
 
     def set_limit(self, dataset_id: str, limit: Budget) -> None:
         """Sets a dataset's limit explicitly (recorded in ``limit_changes``)."""
-        with self._transaction() as con:
+        with self._transaction(dataset_id) as con:
             con.execute(
                 "INSERT INTO datasets VALUES (?, ?, ?, ?) ON CONFLICT(dataset_id) DO UPDATE SET "
                 "epsilon_limit = excluded.epsilon_limit, delta_limit = excluded.delta_limit",
@@ -218,24 +235,22 @@ class SQLiteLedger:
             )
 
     # -- charges -------------------------------------------------------
-    def _events_of(self, con: sqlite3.Connection, dataset_id: str) -> list[Event]:
+    def _events_of(self, con: _Connection, dataset_id: str) -> list[Event]:
         out: list[Event] = []
-        for (text,) in con.execute("SELECT events FROM charges WHERE dataset_id = ? ORDER BY seq", (dataset_id,)):
+        for (text,) in con.execute(
+                "SELECT events FROM charges WHERE dataset_id = ? ORDER BY seq", (dataset_id,)).fetchall():
             out.extend(events_from_json(text))
         return out
 
     def lookup(self, release_id: str) -> Charge | None:
         """The charge recorded for ``release_id``, or None."""
-        con = self._connect()
-        try:
+        with self._reading() as con:
             row = con.execute(
                 "SELECT c.seq, c.release_id, c.dataset_id, c.request_sha256, c.events, c.epsilon, c.delta, "
                 "c.created_at, r.location FROM charges c LEFT JOIN releases r USING (release_id) "
                 "WHERE c.release_id = ?",
                 (release_id,),
             ).fetchone()
-        finally:
-            con.close()
         if row is None:
             return None
         return Charge(
@@ -254,8 +269,7 @@ class SQLiteLedger:
 
         Registers nothing and charges nothing (a read-only transaction).
         """
-        con = self._connect()
-        try:
+        with self._reading() as con:
             row = con.execute(
                 "SELECT epsilon_limit, delta_limit FROM datasets WHERE dataset_id = ?", (dataset_id,)
             ).fetchone()
@@ -270,8 +284,6 @@ class SQLiteLedger:
             effective = stored or limit
             assert effective is not None
             return self._check(self._events_of(con, dataset_id), events, dataset_id, effective)
-        finally:
-            con.close()
 
     @staticmethod
     def _check(past: list[Event], new: Sequence[Event], dataset_id: str, limit: Budget) -> float:
@@ -297,7 +309,7 @@ class SQLiteLedger:
         """Atomically checks the limit and appends the charge. Durable on return."""
         if not events:
             raise ValueError("a charge needs at least one event")
-        with self._transaction() as con:
+        with self._transaction(dataset_id) as con:
             lim = self._ensure_dataset(con, dataset_id, limit)
             if con.execute("SELECT 1 FROM charges WHERE release_id = ?", (release_id,)).fetchone():
                 raise ReleaseConflictError(
@@ -305,24 +317,22 @@ class SQLiteLedger:
                 )
             self._check(self._events_of(con, dataset_id), events, dataset_id, lim)
             created = _now()
-            cur = con.execute(
+            seq = con.execute(
                 "INSERT INTO charges (release_id, dataset_id, request_sha256, events, epsilon, delta, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq",
                 (release_id, dataset_id, request_sha256, events_to_json(list(events)), budget.epsilon, budget.delta, created),
-            )
-            seq = int(cur.lastrowid)
+            ).fetchone()[0]
         return Charge(seq, release_id, dataset_id, request_sha256, tuple(events), budget, created, None)
 
     def mark_written(self, release_id: str, location: str) -> None:
         """Records that the charged release ``release_id`` was written at ``location``."""
-        with self._transaction() as con:
+        with self._transaction(None) as con:
             con.execute("INSERT INTO releases VALUES (?, ?, ?)", (release_id, location, _now()))
 
     # -- reports -------------------------------------------------------
     def status(self, dataset_id: str | None = None) -> list[DatasetStatus]:
         """Spent and remaining budget per dataset (all datasets if None)."""
-        con = self._connect()
-        try:
+        with self._reading() as con:
             q = "SELECT dataset_id, epsilon_limit, delta_limit FROM datasets"
             rows = con.execute(q + (" WHERE dataset_id = ?" if dataset_id else "") + " ORDER BY dataset_id",
                                (dataset_id,) if dataset_id else ()).fetchall()
@@ -332,15 +342,11 @@ class SQLiteLedger:
                 n = con.execute("SELECT COUNT(*) FROM charges WHERE dataset_id = ?", (ds,)).fetchone()[0]
                 out.append(DatasetStatus(ds, Budget(e, d), compose_epsilon(events, d), int(n)))
             return out
-        finally:
-            con.close()
 
     def charges(self, dataset_id: str) -> list[Charge]:
-        con = self._connect()
-        try:
-            ids = [r[0] for r in con.execute("SELECT release_id FROM charges WHERE dataset_id = ? ORDER BY seq", (dataset_id,))]
-        finally:
-            con.close()
+        with self._reading() as con:
+            ids = [r[0] for r in con.execute(
+                "SELECT release_id FROM charges WHERE dataset_id = ? ORDER BY seq", (dataset_id,)).fetchall()]
         return [c for c in (self.lookup(i) for i in ids) if c is not None]
 
     def to_json(self, dataset_id: str | None = None) -> str:
@@ -351,6 +357,104 @@ class SQLiteLedger:
         ], indent=2)
 
 
-def open_ledger(uri: str) -> SQLiteLedger:
-    """Opens the ledger named by ``uri`` (``sqlite:///path`` or a path)."""
+class SQLiteLedger(Ledger):
+    """Ledger in one SQLite file. Safe for many processes on one host.
+
+    Charges serialise through ``BEGIN IMMEDIATE`` (the file's RESERVED lock);
+    commits are durable (``synchronous=FULL``).
+    """
+
+    _serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
+
+    def __init__(self, uri: str, *, timeout: float = 120.0) -> None:
+        self.uri = uri
+        self.path = sqlite_path_from_uri(uri)
+        parent = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(parent, exist_ok=True)
+        self._timeout = timeout
+        self._init_schema()
+
+    def _connect(self) -> _Connection:
+        try:
+            raw = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot open ledger {self.path}: {exc}") from exc
+        raw.execute("PRAGMA synchronous=FULL")
+        raw.execute("PRAGMA foreign_keys=ON")
+        return _Connection(raw, "?")
+
+    @contextmanager
+    def _transaction(self, dataset_id: str | None) -> Iterator[_Connection]:
+        con = self._connect()
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        finally:
+            self._close(con)
+
+
+class PostgresLedger(Ledger):
+    """Ledger in a PostgreSQL database, for jobs on many hosts.
+
+    Every write transaction takes ``pg_advisory_xact_lock`` on a hash of the
+    dataset id (and a global one for schema changes), so charges on one
+    dataset are serialised across hosts while other datasets proceed. Commits
+    are durable (``synchronous_commit`` is forced on for the session).
+    Requires the ``psycopg`` package (extra ``postgres``).
+    """
+
+    _serial = "BIGSERIAL PRIMARY KEY"
+    _GLOBAL_LOCK = 0x5D_0000_0001
+
+    def __init__(self, uri: str, *, connect_timeout: int = 30) -> None:
+        try:
+            import psycopg
+        except ImportError:  # pragma: no cover - depends on the install
+            raise ConfigError(
+                "The 'ledger.uri' is a PostgreSQL URI but psycopg is not installed: pip install 'spark-dp[postgres]'."
+            ) from None
+        self._psycopg = psycopg
+        self.uri = uri
+        parsed = urlparse(uri)
+        self.path = f"{parsed.scheme}://{parsed.hostname or ''}:{parsed.port or 5432}{parsed.path}"
+        self._connect_timeout = connect_timeout
+        self._init_schema()
+
+    def _connect(self) -> _Connection:
+        try:
+            raw = self._psycopg.connect(self.uri, connect_timeout=self._connect_timeout, autocommit=True)
+        except self._psycopg.Error as exc:
+            raise LedgerError(f"cannot open ledger {self.path}: {str(exc).strip().splitlines()[0]}") from None
+        raw.execute("SET synchronous_commit = on")
+        return _Connection(raw, "%s")
+
+    @contextmanager
+    def _transaction(self, dataset_id: str | None) -> Iterator[_Connection]:
+        con = self._connect()
+        try:
+            con.execute("BEGIN")
+            try:
+                if dataset_id is None:
+                    con.execute("SELECT pg_advisory_xact_lock(?)", (self._GLOBAL_LOCK,))
+                else:
+                    con.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (dataset_id,))
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        finally:
+            self._close(con)
+
+
+def open_ledger(uri: str) -> Ledger:
+    """Opens the ledger named by ``uri``: ``sqlite:///path``, a file path, or ``postgresql://…``."""
+    scheme = urlparse(uri).scheme if "://" in uri else ""
+    if scheme in ("postgresql", "postgres"):
+        return PostgresLedger(uri)
     return SQLiteLedger(uri)
