@@ -1,0 +1,59 @@
+"""Private CountSketch family (Pagh & Thorup, NeurIPS 2022) and its baselines.
+
+Mechanisms: :func:`private_count_sketch`, :func:`private_count_min`,
+:func:`count_mean_sketch`, :func:`gaussian_histogram`; estimates and heavy
+hitters from released tables; merging sketches with equal seeds.
+The notebook entry point is :func:`spark_dp.sketch.api.count_sketch`
+(``DPSession.count_sketch``).
+"""
+
+from spark_dp.sketch.count_sketch import (
+    DEFAULT_ESTIMATOR,
+    MECHANISMS,
+    SketchPlan,
+    combine,
+    count_mean_sketch,
+    gaussian_histogram,
+    plan_sketch,
+    private_count_min,
+    private_count_sketch,
+    release_table,
+    simple_estimates,
+    sketch_sensitivity,
+)
+from spark_dp.sketch.estimate import (
+    SketchView,
+    estimate,
+    estimate_df,
+    heavy_hitters,
+    precision_recall,
+    seeds_from_payload,
+    seeds_to_payload,
+)
+from spark_dp.sketch.hashing import buckets_and_signs, spark_xxhash64
+from spark_dp.sketch.merge import merge_sketches
+
+__all__ = [
+    "DEFAULT_ESTIMATOR",
+    "MECHANISMS",
+    "SketchPlan",
+    "SketchView",
+    "buckets_and_signs",
+    "combine",
+    "count_mean_sketch",
+    "estimate",
+    "estimate_df",
+    "gaussian_histogram",
+    "heavy_hitters",
+    "merge_sketches",
+    "plan_sketch",
+    "precision_recall",
+    "private_count_min",
+    "private_count_sketch",
+    "release_table",
+    "seeds_from_payload",
+    "seeds_to_payload",
+    "simple_estimates",
+    "sketch_sensitivity",
+    "spark_xxhash64",
+]

@@ -1,0 +1,270 @@
+"""Python API of the sketch family: ``DPSession.count_sketch`` delegates here."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pyspark.sql import DataFrame
+
+from spark_dp import _validation as V
+from spark_dp.errors import ConfigError, SchemaError
+from spark_dp.privacy import Chokepoint
+from spark_dp.release import Release
+from spark_dp.sketch.count_sketch import DEFAULT_ESTIMATOR, MECHANISMS, SIGNED, plan_sketch, release_table
+from spark_dp.sketch.estimate import seeds_to_payload
+from spark_dp.sketch.hashing import MASK, SIGN_SALT, to_signed
+
+if TYPE_CHECKING:
+    from spark_dp.session import DPSession
+
+OWNER = "count_sketch"
+UNIT_CLIPPING = ("l1", "sketch_l2")
+NULL_ITEMS = ("item", "drop")
+WEIGHT_NONFINITE = ("drop", "zero")
+HASH_FAMILY = (
+    "bucket h_i(x) = pmod(xxhash64(seed_i, x), b); sign s_i(x) = 1 - 2*(xxhash64(seed_i XOR "
+    f"{SIGN_SALT:#x}, x) & 1); Spark SQL xxhash64 (XXH64, chained: seed enters first, initial seed 42); "
+    "integral items hashed as bigint, strings as UTF-8, a null item leaves the chain unchanged"
+)
+SEEDS_PAYLOAD = "seeds[i, 0] = high 32 bits, seeds[i, 1] = low 32 bits of repetition i's 64-bit seed (two's complement)"
+
+
+def check_domain(domain: Any, *, owner: str = OWNER, name: str = "domain") -> list | int:
+    """A histogram domain: an int d (items 0…d−1) or a non-empty list of distinct strings or ints."""
+    if isinstance(domain, int | np.integer) and not isinstance(domain, bool):
+        return V.check_int(name, int(domain), owner=owner, low=1)
+    if isinstance(domain, str) or not isinstance(domain, Sequence) or len(domain) == 0:
+        raise ConfigError(
+            f"The {name!r} parameter of {owner} must be an int or a non-empty list of items. Got {domain!r} instead."
+        )
+    items = list(domain)
+    kinds = {"string" if isinstance(x, str) else "long" if isinstance(x, int) and not isinstance(x, bool) else "bad"
+             for x in items}
+    if "bad" in kinds or len(kinds) != 1:
+        raise ConfigError(f"The {name!r} parameter of {owner} must list items of one type, strings or ints.")
+    if len(set(items)) != len(items):
+        raise ConfigError(f"The {name!r} parameter of {owner} must not repeat items.")
+    return items
+
+
+def check_sketch_request(
+    *,
+    mechanism: str,
+    repetitions: int,
+    buckets: int,
+    max_items_per_unit: int,
+    unit_clipping: str,
+    unit_l2_bound: float | None,
+    privacy_unit: str | None,
+    domain: Any,
+    owner: str = OWNER,
+) -> tuple[int, int, float | None, list | int | None]:
+    """Validates the public parameters; returns (k, b, C or None, domain)."""
+    V.check_option("mechanism", mechanism, MECHANISMS, owner=owner)
+    k = V.check_int("repetitions", repetitions, owner=owner, low=1)
+    b = V.check_int("buckets", buckets, owner=owner, low=2 if mechanism == "count_mean" else 1)
+    V.check_int("max_items_per_unit", max_items_per_unit, owner=owner, low=1)
+    V.check_option("unit_clipping", unit_clipping, UNIT_CLIPPING, owner=owner)
+    C = None
+    if unit_clipping == "sketch_l2":
+        if mechanism not in ("private_count_sketch", "count_mean"):
+            raise ConfigError(f"The 'unit_clipping' parameter of {owner} can be 'sketch_l2' only for L2 sketches "
+                              f"(private_count_sketch, count_mean). Got mechanism {mechanism!r}.")
+        if privacy_unit is None:
+            raise ConfigError(f"The 'unit_clipping' parameter of {owner} is 'sketch_l2' but no 'privacy_unit' is given.")
+        C = math.sqrt(max_items_per_unit) if unit_l2_bound is None else V.check_real(
+            "unit_l2_bound", unit_l2_bound, owner=owner, low=0, low_open=True)
+    elif unit_l2_bound is not None:
+        raise ConfigError(f"The 'unit_l2_bound' parameter of {owner} needs unit_clipping='sketch_l2'.")
+    if mechanism == "histogram":
+        if domain is None:
+            raise ConfigError(f"The 'domain' parameter of {owner} is required for the histogram mechanism.")
+        domain = check_domain(domain, owner=owner)
+    elif domain is not None:
+        raise ConfigError(f"The 'domain' parameter of {owner} applies only to the histogram mechanism.")
+    return k, b, C, domain
+
+
+def _seeds(given: Sequence[int] | Release | None, k: int, mechanism: str, session: DPSession) -> list[int]:
+    if mechanism == "histogram":
+        if given is not None:
+            raise ConfigError(f"The 'seeds' parameter of {OWNER} does not apply to the histogram mechanism.")
+        return []
+    if given is None:
+        # Fresh OS entropy from the session's sampler (privacy does not depend on the seeds).
+        return [to_signed(session.sampler.key() & MASK) for _ in range(k)]
+    if isinstance(given, Release):
+        from spark_dp.sketch.estimate import seeds_from_payload
+
+        if "seeds" not in given.arrays:
+            raise ConfigError(f"The 'seeds' parameter of {OWNER}: release {given.release_id!r} has no seeds.")
+        given = seeds_from_payload(given["seeds"])
+    given = list(given)
+    if len(given) != k or not all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in given):
+        raise ConfigError(f"The 'seeds' parameter of {OWNER} must hold {k} integers (one per repetition).")
+    if any(not (-(1 << 63) <= int(x) < (1 << 64)) for x in given):
+        raise ConfigError(f"The 'seeds' parameter of {OWNER} must hold 64-bit integers.")
+    return [to_signed(int(x)) for x in given]
+
+
+def count_sketch(
+    session: DPSession,
+    df: DataFrame,
+    column: str,
+    *,
+    epsilon: float,
+    delta: float,
+    mechanism: str = "private_count_sketch",
+    repetitions: int = 15,
+    buckets: int = 65536,
+    weight: str | None = None,
+    privacy_unit: str | None = None,
+    max_items_per_unit: int = 1,
+    unit_clipping: str = "l1",
+    unit_l2_bound: float | None = None,
+    nulls: str = "item",
+    nonfinite: str = "drop",
+    domain: Sequence | int | None = None,
+    top: int = 50,
+    threshold: float | None = None,
+    seeds: Sequence[int] | Release | None = None,
+    release_id: str | None = None,
+    config_sha256: str | None = None,
+) -> Release:
+    """Releases a private sketch (or known-domain histogram) of ``df[column]``.
+
+    Mechanisms (see :mod:`spark_dp.sketch.count_sketch` for neighbours and
+    sensitivities): ``private_count_sketch`` (Pagh & Thorup 2022; Gaussian,
+    Δ₂ = √k·m), ``count_min`` (Laplace, Δ₁ = k·m, pure ε-DP, δ unused),
+    ``count_mean`` (Gaussian, Δ₂ = √k·m, debiased mean estimator) and
+    ``histogram`` (Gaussian on the exact histogram over ``domain``, Δ₂ = m).
+
+    Args:
+        df: the data.
+        column: the item column (strings or integers).
+        epsilon, delta: the release's (ε, δ) (Count-Min charges (ε, 0)).
+        mechanism: one of the four above.
+        repetitions: k ≥ 1 (odd k gives a unique median).
+        buckets: b ≥ 1 (≥ 2 for count_mean).
+        weight: optional numeric column; each row adds its weight clipped to
+            [−1, 1] (default: 1 per row).
+        privacy_unit: unit column (default: each row is a unit).
+        max_items_per_unit: m, rows kept per unit (chosen at random).
+        unit_clipping: ``l1`` (Δ from m) or ``sketch_l2``: clip each unit's
+            per-repetition contribution to L2 ≤ ``unit_l2_bound`` (default √m).
+        nulls: ``item`` (a null item is counted as an item of its own) or
+            ``drop`` (rows with a null item are ignored).
+        nonfinite: ``drop`` or ``zero`` for null/NaN/inf weights.
+        domain: histogram only: list of items or an int d (items 0…d−1).
+        top, threshold: heavy-hitter defaults recorded in the manifest
+            (threshold default: 3 standard deviations of one counter's noise).
+        seeds: reuse the hash seeds of an earlier release (a Release or k
+            ints) so the sketches can be merged (daily → weekly); default:
+            fresh seeds from OS entropy. Privacy does not depend on the seeds,
+            but published seeds let whoever supplies later data aim collisions.
+        release_id: idempotency key (a release id seen before returns the
+            stored release: no new noise, no new charge).
+        config_sha256: the job config's digest, recorded in the manifest.
+
+    Returns:
+        A :class:`Release` with arrays ``sketch`` (k, b) and ``seeds`` (k, 2)
+        — or ``histogram`` (d,) for the histogram mechanism.
+
+    Raises:
+        ConfigError, SchemaError: bad parameters or columns, before anything
+            is charged or written.
+    """
+    owner = OWNER
+    epsilon = V.check_real("epsilon", epsilon, owner=owner, low=0, low_open=True)
+    delta = V.check_real("delta", delta, owner=owner, low=0, high=1, low_open=True, high_open=True)
+    k, b, C, domain = check_sketch_request(
+        mechanism=mechanism, repetitions=repetitions, buckets=buckets, max_items_per_unit=max_items_per_unit,
+        unit_clipping=unit_clipping, unit_l2_bound=unit_l2_bound, privacy_unit=privacy_unit, domain=domain,
+    )
+    V.check_option("nulls", nulls, NULL_ITEMS, owner=owner)
+    V.check_option("nonfinite", nonfinite, WEIGHT_NONFINITE, owner=owner)
+    top = V.check_int("top", top, owner=owner, low=1)
+    if threshold is not None:
+        threshold = V.check_real("threshold", threshold, owner=owner)
+    V.check_str("column", column, owner=owner)
+    if not isinstance(df, DataFrame):
+        raise SchemaError(f"The 'df' parameter of {owner} must be a Spark DataFrame. Got {type(df).__name__} instead.")
+    for name, col in (("weight", weight), ("privacy_unit", privacy_unit)):
+        if col is not None:
+            V.check_str(name, col, owner=owner)
+    from spark_dp.aggregates.sketch import histogram_table, item_kind, prepare_items, sketch_table
+
+    kind = item_kind(df, column)  # schema checks only, no Spark job
+    prepare_items(df, column, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
+                  max_items_per_unit=max_items_per_unit)
+    if mechanism == "histogram":
+        if isinstance(domain, int) and kind != "long":
+            raise SchemaError(f"Column {column!r} holds strings; an integer domain size needs an integer item column.")
+        if isinstance(domain, list) and (kind == "string") != isinstance(domain[0], str):
+            raise SchemaError(f"The 'domain' items are not of the type of column {column!r} ({kind}).")
+        k = 1
+
+    plan = plan_sketch(mechanism, epsilon=epsilon, delta=delta, repetitions=k,
+                       max_items_per_unit=max_items_per_unit, unit_l2_bound=C)
+    if threshold is None:
+        threshold = 3.0 * plan.counter_std
+    # Hash seeds: fresh OS entropy from the session's sampler (privacy does not depend on them).
+    given_seeds = seeds
+    seeds = _seeds(seeds, k, mechanism, session)
+    params = {"repetitions": k, "buckets": b if mechanism != "histogram" else None,
+              "heavy_hitters": {"top": top, "threshold": threshold}}
+    request = {
+        "dataset_id": session.dataset_id, "task": "count_sketch", "mechanism": mechanism, "column": column,
+        "params": params, "epsilon": epsilon, "delta": delta, "weight": weight, "privacy_unit": privacy_unit,
+        "max_items_per_unit": max_items_per_unit, "unit_clipping": unit_clipping, "unit_l2_bound": C,
+        "nulls": nulls, "nonfinite": nonfinite, "domain": domain,
+        "seeds": [str(x) for x in seeds] if given_seeds is not None else "fresh", "sampler": session.sampler.name,
+        "config_sha256": config_sha256,
+    }
+
+    def compute() -> np.ndarray:
+        common = dict(weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
+                      max_items_per_unit=max_items_per_unit)
+        if mechanism == "histogram":
+            return histogram_table(df, column, domain=domain, **common)
+        return sketch_table(df, column, seeds=seeds, buckets=b, signed=SIGNED[mechanism], unit_l2_bound=C, **common)
+
+    def noise(table: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
+        noisy = release_table(plan, table, cp)
+        if mechanism == "histogram":
+            return {"histogram": noisy}
+        return {"sketch": noisy, "seeds": seeds_to_payload(seeds)}
+
+    privacy = {
+        "epsilon": plan.budget.epsilon, "delta": plan.budget.delta, "neighbors": "add_remove",
+        "sensitivity": plan.sensitivity, "sensitivity_norm": f"{plan.sensitivity_norm} of the whole released table",
+        "noise": plan.noise, "noise_sigma" if plan.noise == "gaussian" else "noise_scale": plan.scale,
+        "calibration": "exact (Balle & Wang 2018)" if plan.noise == "gaussian" else "Laplace b = sensitivity/epsilon",
+        "privacy_unit": privacy_unit or "row", "max_items_per_unit": max_items_per_unit,
+        "unit_clipping": unit_clipping, "unit_l2_bound": C,
+    }
+    sketch_info = {
+        "item_kind": kind, "repetitions": k, "buckets": b if mechanism != "histogram" else None,
+        "signed": SIGNED.get(mechanism), "estimator": DEFAULT_ESTIMATOR[mechanism],
+    }
+    if mechanism == "histogram":
+        sketch_info["domain"] = domain
+    else:
+        sketch_info.update(hash=HASH_FAMILY, seeds=[str(s) for s in seeds], seeds_payload=SEEDS_PAYLOAD)
+    policies = {
+        "nulls": "a null item is an item of its own" if nulls == "item" else "rows with a null item are dropped",
+        "weights": f"clipped to [-1, 1] per row; non-finite weights: {nonfinite}" if weight else "each row counts 1",
+        "contribution_bounding": f"at most {max_items_per_unit} rows per unit, chosen at random" if privacy_unit else None,
+        "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
+        "domain": "items outside the public domain are not counted" if mechanism == "histogram" else None,
+    }
+    return session.run_release(
+        task="count_sketch", mechanism=mechanism, release_id=release_id, request=request, events=plan.events,
+        budget=plan.budget, compute=compute, noise=noise, privacy=privacy,
+        extra={"columns": [column], "params": params, "policies": policies, "sketch": sketch_info,
+               "heavy_hitters": {"top": top, "threshold": threshold}},
+        config_sha256=config_sha256,
+    )

@@ -1,0 +1,241 @@
+"""Frequency estimates and heavy hitters from a released sketch (post-processing).
+
+Nothing here touches private data or the budget: every function reads a
+released table (and its public seeds) and candidate items the caller supplies.
+Candidate items must be public (or come from data disjoint from the sketched
+data): choosing candidates *from* the private data would leak through the
+choice, not through the sketch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from spark_dp.errors import ConfigError, SchemaError
+from spark_dp.release import Release, load_release
+from spark_dp.sketch.count_sketch import DEFAULT_ESTIMATOR, ESTIMATORS, SIGNED, combine, simple_estimates, table_total
+from spark_dp.sketch.hashing import MASK, buckets_and_signs, to_signed
+
+_ALLOWED = {
+    "private_count_sketch": ("median", "mean", "min"),
+    "count_min": ("min", "median", "mean"),
+    "count_mean": ("debiased_mean", "mean", "median", "min"),
+    "histogram": ("lookup",),
+}
+
+
+def seeds_to_payload(seeds: Sequence[int]) -> np.ndarray:
+    """64-bit seeds as a (k, 2) float64 array: [i, 0] = high 32 bits, [i, 1] = low 32 bits (unsigned).
+
+    Each half is < 2³² and therefore exact in float64, the release writer's type.
+    """
+    u = [int(s) & MASK for s in seeds]
+    return np.array([[x >> 32, x & 0xFFFFFFFF] for x in u], dtype=np.float64).reshape(len(u), 2)
+
+
+def seeds_from_payload(arr: np.ndarray) -> list[int]:
+    """Inverse of :func:`seeds_to_payload`: signed 64-bit seeds."""
+    arr = np.asarray(arr)
+    return [to_signed((int(hi) << 32) | int(lo)) for hi, lo in arr.reshape(-1, 2)]
+
+
+@dataclass(frozen=True)
+class SketchView:
+    """A released sketch, ready for estimation."""
+
+    mechanism: str
+    kind: str
+    table: np.ndarray
+    seeds: list[int]
+    domain: list | int | None
+    threshold: float | None
+    top: int | None
+
+    @property
+    def buckets(self) -> int:
+        return int(self.table.shape[-1])
+
+    @classmethod
+    def of(cls, release: Release | str) -> SketchView:
+        if isinstance(release, str):
+            release = load_release(release)
+        m = release.manifest
+        if m.get("task") != "count_sketch":
+            raise ConfigError(f"Release {release.release_id!r} is a {m.get('task')!r} release, not a count_sketch one.")
+        info = m["sketch"]
+        hh = m.get("heavy_hitters") or {}
+        if m["mechanism"] == "histogram":
+            dom = info["domain"]
+            return cls("histogram", info["item_kind"], release["histogram"], [], dom, hh.get("threshold"), hh.get("top"))
+        return cls(m["mechanism"], info["item_kind"], release["sketch"], seeds_from_payload(release["seeds"]), None,
+                   hh.get("threshold"), hh.get("top"))
+
+    def estimator(self, estimator: str | None) -> str:
+        est = estimator or DEFAULT_ESTIMATOR[self.mechanism]
+        if est not in _ALLOWED[self.mechanism]:
+            raise ConfigError(
+                f"The 'estimator' parameter must be one of {sorted(_ALLOWED[self.mechanism])} for "
+                f"{self.mechanism}. Got {est!r} instead."
+            )
+        return est
+
+
+def coerce_items(items: Sequence[Any], kind: str, *, parse: bool = False) -> list:
+    """Checks (or, with ``parse``, converts text) items to the sketch's item type.
+
+    Raises:
+        SchemaError: an item of the wrong type (or unparseable text).
+    """
+    out = []
+    for x in items:
+        if x is None:
+            out.append(None)
+        elif kind == "long":
+            if isinstance(x, bool):
+                raise SchemaError(f"Item {x!r} is not an integer; the sketch was built on integer items.")
+            if isinstance(x, int | np.integer):
+                out.append(int(x))
+            elif parse and isinstance(x, str):
+                try:
+                    out.append(int(x.strip()))
+                except ValueError:
+                    raise SchemaError(f"Item {x!r} is not an integer; the sketch was built on integer items.") from None
+            else:
+                raise SchemaError(f"Item {x!r} is not an integer; the sketch was built on integer items.")
+        else:
+            if not isinstance(x, str):
+                raise SchemaError(f"Item {x!r} is not a string; the sketch was built on string items.")
+            out.append(x)
+    return out
+
+
+def estimate(release: Release | str | SketchView, items: Sequence[Any], *, estimator: str | None = None) -> np.ndarray:
+    """Estimates x̂ for a short list of items, on the driver (no Spark).
+
+    Args:
+        release: a count_sketch release (or its directory).
+        items: items of the sketch's type (``None`` is the null item).
+        estimator: overrides the mechanism's default (``median`` for Private
+            CountSketch, ``min`` for Count-Min, ``debiased_mean`` for
+            Count-Mean).
+
+    Returns:
+        float64 array of estimates (NaN for items outside a histogram's domain).
+    """
+    view = release if isinstance(release, SketchView) else SketchView.of(release)
+    est = view.estimator(estimator)
+    items = coerce_items(items, view.kind)
+    if view.mechanism == "histogram":
+        dom = range(view.domain) if isinstance(view.domain, int) else view.domain
+        index = {x: i for i, x in enumerate(dom)}
+        return np.array([view.table[index[x]] if x in index else np.nan for x in items], dtype=np.float64)
+    h, s = buckets_and_signs(items, view.seeds, view.buckets, view.kind)
+    values = simple_estimates(view.table, h, s if SIGNED[view.mechanism] else None)
+    return combine(values, est, buckets=view.buckets, total=table_total(view.table))
+
+
+def estimate_df(
+    release: Release | str | SketchView, candidates: DataFrame, column: str, *, estimator: str | None = None
+) -> DataFrame:
+    """Estimates for a candidate DataFrame of any size, as a distributed join.
+
+    Returns:
+        DataFrame ``(item, estimate)``, one row per distinct candidate (items
+        outside a histogram's domain get a null estimate).
+
+    Raises:
+        SchemaError: the column is missing or its type is not the sketch's item type.
+    """
+    from spark_dp.aggregates.sketch import item_kind, sketch_lookup
+
+    view = release if isinstance(release, SketchView) else SketchView.of(release)
+    est = view.estimator(estimator)
+    if not isinstance(candidates, DataFrame):
+        raise SchemaError(f"The 'candidates' parameter must be a Spark DataFrame. Got {type(candidates).__name__} instead.")
+    if view.mechanism == "histogram":
+        ckind = item_kind(candidates, column)
+        if ckind != view.kind:
+            raise SchemaError(f"Candidate column {column!r} holds {ckind} items but the histogram was built on {view.kind} items.")
+        dom = list(range(view.domain)) if isinstance(view.domain, int) else list(view.domain)
+        typ = T.LongType() if view.kind == "long" else T.StringType()
+        spark = candidates.sparkSession
+        table = spark.createDataFrame(
+            [(x, float(v)) for x, v in zip(dom, view.table.tolist(), strict=True)],
+            T.StructType([T.StructField("item", typ, True), T.StructField("estimate", T.DoubleType(), False)]),
+        )
+        items = candidates.select(F.col(column).cast(typ).alias("item")).distinct()
+        return items.join(F.broadcast(table), on=items["item"].eqNullSafe(table["item"]), how="left").select(
+            items["item"], table["estimate"]
+        )
+    values = sketch_lookup(candidates, column, kind=view.kind, seeds=view.seeds, sketch=view.table,
+                           signed=SIGNED[view.mechanism])
+    v = F.col("value")
+    if est == "median":
+        agg = F.median(v)
+    elif est == "min":
+        agg = F.min(v)
+    elif est == "mean":
+        agg = F.avg(v)
+    else:  # debiased_mean
+        b, total = view.buckets, table_total(view.table)
+        agg = (F.lit(float(b)) * F.avg(v) - F.lit(total)) / F.lit(float(b - 1))
+    return values.groupBy("item").agg(agg.cast("double").alias("estimate"))
+
+
+def heavy_hitters(
+    release: Release | str | SketchView,
+    candidates: DataFrame | Sequence[Any],
+    column: str | None = None,
+    *,
+    top: int | None = None,
+    threshold: float | None = None,
+    estimator: str | None = None,
+) -> list[tuple[Any, float]]:
+    """The top-t candidates by estimate whose estimate is at least the threshold.
+
+    Args:
+        candidates: a DataFrame (with ``column``) or a list of items.
+        top: t; defaults to the release's ``heavy_hitters.top`` (else 50).
+        threshold: defaults to the release-time threshold in the manifest
+            (3 standard deviations of one counter's noise unless the release
+            set another); ``None`` there means no threshold.
+
+    Returns:
+        ``[(item, estimate), …]`` sorted by decreasing estimate.
+    """
+    view = release if isinstance(release, SketchView) else SketchView.of(release)
+    top = top if top is not None else (view.top or 50)
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise ConfigError(f"The 'top' parameter must be an int in the range [1, inf). Got {top!r} instead.")
+    thr = view.threshold if threshold is None else threshold
+    if isinstance(candidates, DataFrame):
+        if column is None:
+            raise ConfigError("The 'column' parameter is required with a candidate DataFrame.")
+        est = estimate_df(view, candidates, column, estimator=estimator).where(F.col("estimate").isNotNull())
+        if thr is not None:
+            est = est.where(F.col("estimate") >= F.lit(float(thr)))
+        rows = est.orderBy(F.col("estimate").desc(), F.col("item")).limit(top).collect()
+        return [(r["item"], float(r["estimate"])) for r in rows]
+    if isinstance(candidates, str | bytes) or not isinstance(candidates, Sequence):
+        raise SchemaError(
+            f"The 'candidates' parameter must be a DataFrame or a list of items. Got {type(candidates).__name__} instead."
+        )
+    items = list(dict.fromkeys(candidates))
+    values = estimate(view, items, estimator=estimator)
+    keep = [(x, float(v)) for x, v in zip(items, values, strict=True) if not np.isnan(v) and (thr is None or v >= thr)]
+    keep.sort(key=lambda t: (-t[1], str(t[0])))
+    return keep[:top]
+
+
+def precision_recall(found: Sequence[Any], truth: Sequence[Any]) -> tuple[float, float]:
+    """Precision and recall of a heavy-hitter list against the true heavy hitters."""
+    f, t = set(found), set(truth)
+    hit = len(f & t)
+    return (hit / len(f) if f else 1.0), (hit / len(t) if t else 1.0)
