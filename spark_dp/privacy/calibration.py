@@ -33,3 +33,17 @@ def gaussian_noise_multiplier(epsilon: float, delta: float, releases: int = 1) -
             return z
         z = math.nextafter(z, math.inf) * (1 + 1e-12)
     raise ArithmeticError("could not calibrate the Gaussian noise multiplier")
+
+
+def paper_classic_gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
+    """PAPER MODE ONLY: the classic z = σ/Δ = √(2 ln(1.25/δ))/ε (Dwork & Roth 2014, Thm A.1).
+
+    Offered solely so ``calibration='paper'`` can reproduce a paper's own
+    noise scale (Wang & Anandkumar 2016, Alg. 3 step 2, with ε₀, δ₀ from
+    advanced composition). It over-noises compared to
+    :func:`gaussian_noise_multiplier` and is valid only for ε < 1, which is
+    enforced. Never use it as a default.
+    """
+    if not (0 < epsilon < 1) or not (0 < delta < 1):
+        raise ValueError(f"the classic Gaussian mechanism needs 0 < epsilon < 1 and 0 < delta < 1; got {epsilon}, {delta}")
+    return math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon

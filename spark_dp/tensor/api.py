@@ -1,0 +1,331 @@
+"""Python API of the tensor family: ``DPSession.tensor_decomposition``.
+
+Mechanisms:
+
+==========================  ==============  ==================================  ===========
+mechanism                   data            neighbours                          private
+==========================  ==============  ==================================  ===========
+``power_method``            explicit tensor —                                   no (Alg. 1)
+``online_power_method``     DataFrame rows  —                                   no (Alg. 2)
+``private_power_method``    explicit tensor ``tensor_entry`` (Def. 4.2)         yes (Alg. 3)
+``private_power_method``    DataFrame rows  ``add_remove`` / ``replace``        yes
+``input_perturbation``      explicit tensor ``tensor_entry``                    yes
+==========================  ==============  ==================================  ===========
+
+Private mechanisms go through :meth:`DPSession.run_release` (all events
+planned from public parameters and charged once; every draw through the
+chokepoint). The non-private mechanisms are for public data and testing: they
+charge nothing, are written with ``"private": false`` in the manifest and log
+a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pyspark.sql import DataFrame
+
+from spark_dp import _validation as V
+from spark_dp.errors import ConfigError, ReleaseConflictError, SchemaError
+from spark_dp.privacy import Budget, Chokepoint, compose_epsilon
+from spark_dp.release import Release, load_release, write_release
+from spark_dp.tensor.input_perturbation import input_perturbation, input_perturbation_plan
+from spark_dp.tensor.online import online_tensor_power_method, passes_per_component
+from spark_dp.tensor.power_method import TensorDecomposition, check_counts, check_tensor, robust_tensor_power_method
+from spark_dp.tensor.private import (
+    CALIBRATIONS,
+    MODES,
+    private_online_power_method,
+    private_tensor_power_method,
+    rows_plan,
+    tensor_entry_plan,
+)
+
+if TYPE_CHECKING:
+    from spark_dp.session import DPSession
+
+log = logging.getLogger("spark_dp")
+
+TENSOR_MECHANISMS = ("power_method", "online_power_method", "private_power_method", "input_perturbation")
+TENSOR_NEIGHBORS = ("add_remove", "replace", "tensor_entry")
+EXPLICIT_ONLY = ("power_method", "input_perturbation")
+ROWS_ONLY = ("online_power_method",)
+PRIVATE = ("private_power_method", "input_perturbation")
+OWNER = "tensor_decomposition"
+
+
+def load_tensor(path: str) -> np.ndarray:
+    """Reads an explicit tensor from a ``.npy`` file (SchemaError if absent or unreadable)."""
+    if not os.path.isfile(path):
+        raise SchemaError(f"Input path {path!r} does not exist.")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise SchemaError(f"Input path {path!r} is not a .npy array file: {exc}") from None
+
+
+def _payload(dec: TensorDecomposition) -> dict[str, np.ndarray]:
+    return {"eigenvalues": np.asarray(dec.eigenvalues, dtype=np.float64),
+            "eigenvectors": np.asarray(dec.eigenvectors, dtype=np.float64)}
+
+
+def tensor_decomposition(
+    session: DPSession,
+    data: Any,
+    *,
+    k: int,
+    mechanism: str = "private_power_method",
+    epsilon: float | None = None,
+    delta: float | None = None,
+    columns: list[str] | str | None = None,
+    norm_bound: float | None = None,
+    neighbors: str | None = None,
+    restarts: int = 20,
+    iterations: int = 30,
+    mode: str = "fresh",
+    rows_per_round: int | None = None,
+    calibration: str = "exact",
+    whiten: bool = False,
+    entry_scale: float = 1.0,
+    nonfinite: str = "drop",
+    dimension: int | None = None,
+    privacy_unit: str | None = None,
+    max_rows_per_unit: int = 1,
+    release_id: str | None = None,
+    rng: np.random.Generator | None = None,
+    dataset_path: str | None = None,
+    config_sha256: str | None = None,
+) -> Release:
+    """Releases the first k eigenpairs of a symmetric third-order tensor (Wang & Anandkumar 2016).
+
+    Args:
+        session: the DPSession (dataset, ledger, sampler, output).
+        data: an explicit symmetric tensor (numpy array of shape (d, d, d),
+            or a path to a ``.npy`` file), or a DataFrame whose rows x define
+            the tensor Σ x^⊗3 (never formed).
+        k: components, 1 ≤ k ≤ d.
+        mechanism: ``power_method``, ``online_power_method``,
+            ``private_power_method`` or ``input_perturbation`` (see the module table).
+        epsilon, delta: the release's (ε, δ) (private mechanisms).
+        columns: numeric columns, or one array/vector column (DataFrames).
+        norm_bound: B, rows clipped to ‖x‖₂ ≤ B (DataFrames; required).
+        neighbors: ``tensor_entry`` (explicit tensors, the default there) or
+            ``add_remove`` (rows, default) / ``replace``.
+        restarts: L ≥ 1. iterations: R ≥ 1.
+        mode: ``fresh`` (each pass reads its own disjoint chunk of rows; private
+            passes compose in parallel) or ``reuse`` (all rows every pass;
+            sequential composition). Rows only.
+        rows_per_round: public n dividing the per-pass sums (rows only); if
+            None the non-private method divides by exact counts and the
+            private one releases eigenvalues of the sums.
+        calibration: ``exact`` (default) or ``paper`` (Alg. 3's advanced
+            composition + classic Gaussian mechanism).
+        whiten: must be False; whitening is not implemented yet.
+        entry_scale: c in the ``tensor_entry`` relation T' − T = ±c·sym(eᵢ⊗eⱼ⊗eₖ).
+        nonfinite, dimension, privacy_unit, max_rows_per_unit: row handling,
+            as in :func:`spark_dp.second_moment.api.second_moment`.
+        release_id: idempotency key.
+        rng: generator for the random starts only (never privacy noise);
+            default fresh OS entropy.
+        dataset_path: path of the data, recorded in the request (jobs).
+        config_sha256: digest of the job config.
+
+    Returns:
+        A :class:`Release` with arrays ``eigenvalues`` (k,) and
+        ``eigenvectors`` (k, d), components in the order found.
+    """
+    V.check_option("mechanism", mechanism, TENSOR_MECHANISMS, owner=OWNER)
+    V.check_option("calibration", calibration, CALIBRATIONS, owner=OWNER)
+    V.check_option("mode", mode, MODES, owner=OWNER)
+    if not isinstance(whiten, bool):
+        raise ConfigError(f"The 'whiten' parameter of {OWNER} must be a bool. Got {whiten!r} instead.")
+    if whiten:
+        raise ConfigError(f"The 'whiten' parameter of {OWNER} must be False: whitening is not implemented yet. Got True instead.")
+    if rows_per_round is not None:
+        rows_per_round = V.check_int("rows_per_round", rows_per_round, owner=OWNER, low=1)
+    entry_scale = V.check_real("entry_scale", entry_scale, owner=OWNER, low=0, low_open=True)
+    rng = rng if rng is not None else np.random.default_rng()
+    explicit = not isinstance(data, DataFrame)
+    if explicit and mechanism in ROWS_ONLY:
+        raise ConfigError(f"The 'mechanism' {mechanism!r} of {OWNER} needs rows (a DataFrame), not an explicit tensor.")
+    if not explicit and mechanism in EXPLICIT_ONLY:
+        raise ConfigError(f"The 'mechanism' {mechanism!r} of {OWNER} needs an explicit tensor, not rows.")
+    private = mechanism in PRIVATE
+    if private:
+        epsilon = V.check_real("epsilon", epsilon, owner=OWNER, low=0, low_open=True)
+        delta = V.check_real("delta", delta, owner=OWNER, low=0, high=1, low_open=True, high_open=True)
+    neighbors = neighbors or ("tensor_entry" if explicit else "add_remove")
+    V.check_option("neighbors", neighbors, ("tensor_entry",) if explicit else ("add_remove", "replace"), owner=OWNER)
+    params = {"k": k, "restarts": restarts, "iterations": iterations, "calibration": calibration, "whiten": whiten}
+    common = {"dataset_id": session.dataset_id, "task": "tensor_decomposition", "mechanism": mechanism,
+              "epsilon": epsilon, "delta": delta, "neighbors": neighbors, "sampler": session.sampler.name,
+              "dataset_path": dataset_path, "config_sha256": config_sha256}
+
+    if explicit:
+        if isinstance(data, str | os.PathLike):
+            dataset_path = dataset_path or os.fspath(data)
+            common["dataset_path"] = dataset_path
+            data = load_tensor(os.fspath(data))
+        T = check_tensor(data, owner=OWNER)
+        d = T.shape[0]
+        k, L, R = check_counts(k, restarts, iterations, d, owner=OWNER, names=("restarts", "iterations"))
+        params = {**params, "entry_scale": entry_scale}
+        request = {**common, "dimension": d, "params": params}
+        extra = {"params": params, "dimension": d}
+        if mechanism == "power_method":
+            return _public_release(session, release_id, request, extra, mechanism,
+                                   lambda: robust_tensor_power_method(T, k, L=L, R=R, rng=rng), config_sha256)
+        if mechanism == "private_power_method":
+            plan = tensor_entry_plan(epsilon=epsilon, delta=delta, k=k, L=L, R=R, calibration=calibration)
+
+            def noise(T_: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
+                return _payload(private_tensor_power_method(
+                    T_, k, L=L, R=R, nu=plan.nu, chokepoint=cp, rng=rng, entry_scale=entry_scale))
+
+            privacy = {
+                "sensitivity": "6c*||u||_inf^2 per power step, 6c*||u||_inf^3 per eigenvalue estimate "
+                               "(Wang & Anandkumar 2016, proof of Thm 4.1)",
+                "noise": "gaussian, sigma = nu*c*||u||_inf^p", "nu": plan.nu, "entry_scale": entry_scale,
+            }
+        else:  # input_perturbation
+            plan = input_perturbation_plan(epsilon=epsilon, delta=delta, calibration=calibration, entry_scale=entry_scale)
+
+            def noise(T_: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
+                return _payload(input_perturbation(T_, k, L=L, R=R, plan=plan, chokepoint=cp, rng=rng))
+
+            privacy = {
+                "sensitivity": entry_scale, "sensitivity_norm": "l2 of the unique entries divided by their multiplicity",
+                "noise": "gaussian on the unique entries, sigma*w (w = 1, 2, 6)", "noise_sigma": plan.sigma,
+                "entry_scale": entry_scale,
+            }
+        return _private_release(session, plan, release_id, request, extra, mechanism, lambda: T, noise, privacy,
+                                neighbors, epsilon, delta, config_sha256)
+
+    # -- rows --------------------------------------------------------------------
+    from spark_dp.aggregates import NONFINITE_POLICIES, vector_dimension
+    from spark_dp.aggregates.moments import prepare_rows, third_moment_sums
+
+    if columns is None:
+        raise ConfigError(f"The 'columns' parameter of {OWNER} is required for rows (a DataFrame).")
+    norm_bound = V.check_real("norm_bound", norm_bound, owner=OWNER, low=0, low_open=True)
+    V.check_option("nonfinite", nonfinite, NONFINITE_POLICIES, owner=OWNER)
+    max_rows_per_unit = V.check_int("max_rows_per_unit", max_rows_per_unit, owner=OWNER, low=1)
+    if privacy_unit is not None:
+        V.check_str("privacy_unit", privacy_unit, owner=OWNER)
+    columns = list(columns) if not isinstance(columns, str) else columns
+    d = vector_dimension(data, columns, dimension)  # schema check, no Spark job
+    k, L, R = check_counts(k, restarts, iterations, d, owner=OWNER, names=("restarts", "iterations"))
+    eigen_pass = private
+    passes = k * passes_per_component(R, eigen_pass) if mode == "fresh" else None
+    params = {**params, "mode": mode, "rows_per_round": rows_per_round}
+    request = {**common, "columns": columns, "dimension": d, "params": params, "norm_bound": norm_bound,
+               "nonfinite": nonfinite, "privacy_unit": privacy_unit, "max_rows_per_unit": max_rows_per_unit}
+    extra = {"columns": columns, "params": params, "dimension": d, "policies": {
+        "nonfinite": nonfinite, "clipping": f"rows scaled to L2 norm <= {norm_bound:g}",
+        "passes": "each row assigned to one pass by pmod(xxhash64(seed, row), passes)" if mode == "fresh"
+                  else "every pass reads all rows",
+        "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
+    }}
+    if private:
+        plan = rows_plan(epsilon=epsilon, delta=delta, k=k, L=L, R=R, norm_bound=norm_bound, mode=mode,
+                         calibration=calibration, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit)
+    seed = int(rng.integers(0, 2**62))
+
+    def prepare() -> DataFrame:
+        return prepare_rows(data, columns, dimension=dimension, privacy_unit=privacy_unit,
+                            max_rows_per_unit=max_rows_per_unit, passes=passes, seed=seed)[0]
+
+    def moments_of(frame: DataFrame):
+        def moments(U: np.ndarray, pass_index: int):
+            return third_moment_sums(frame, U, norm_bound=norm_bound, nonfinite=nonfinite,
+                                     pass_index=pass_index if mode == "fresh" else None)
+        return moments
+
+    if not private:
+        def run() -> TensorDecomposition:
+            frame = prepare()
+            try:
+                return online_tensor_power_method(moments_of(frame), d=d, k=k, L=L, R=R, rng=rng,
+                                                  rows_per_round=rows_per_round)
+            finally:
+                frame.unpersist()
+        return _public_release(session, release_id, request, extra, mechanism, run, config_sha256)
+
+    def noise(frame: DataFrame, cp: Chokepoint) -> dict[str, np.ndarray]:
+        # The passes are adaptive (each depends on the previous noisy output), so
+        # the Spark work runs here, after the charge; a crash mid-way costs budget
+        # but releases nothing.
+        try:
+            return _payload(private_online_power_method(
+                moments_of(frame), d=d, k=k, L=L, R=R, plan=plan, chokepoint=cp, rng=rng,
+                rows_per_round=rows_per_round))
+        finally:
+            frame.unpersist()
+
+    privacy = {
+        "sensitivity": plan.sensitivity, "sensitivity_norm":
+            "Frobenius norm of one pass's batch of L columns: sqrt(L)*B^3 per row (x m rows per unit, x2 replace)",
+        "noise": "gaussian", "noise_sigma": plan.sigma, "norm_bound": norm_bound,
+        "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit,
+    }
+    return _private_release(session, plan, release_id, request, extra, mechanism, prepare, noise, privacy,
+                            neighbors, epsilon, delta, config_sha256)
+
+
+def _private_release(session, plan, release_id, request, extra, mechanism, compute, noise, privacy, neighbors,
+                     epsilon, delta, config_sha256) -> Release:
+    privacy = {
+        "epsilon": epsilon, "delta": delta, "neighbors": neighbors, **privacy,
+        "calibration": plan.calibration if plan.calibration == "paper" else "exact (Balle & Wang 2018)",
+        "noise_multiplier": plan.noise_multiplier, "releases": plan.releases, "composition": plan.composition,
+        "composition_note": ("each row is used in exactly one pass: the passes compose in parallel and the "
+                             "release costs one pass" if plan.composition == "parallel" else
+                             "the releases compose sequentially (exact Gaussian composition)"),
+        "epsilon_exact_accounting": compose_epsilon(plan.events, delta),
+        **{f"calibration_{k}": v for k, v in plan.details.items()},
+    }
+    return session.run_release(
+        task="tensor_decomposition", mechanism=mechanism, release_id=release_id, request=request,
+        events=plan.events, budget=Budget(epsilon, delta), compute=compute, noise=noise, privacy=privacy,
+        extra=extra, config_sha256=config_sha256,
+    )
+
+
+def _public_release(session, release_id, request, extra, mechanism, run, config_sha256) -> Release:
+    """A non-private release (public data, tests): nothing is charged; the manifest says so."""
+    import uuid
+    from datetime import UTC, datetime
+
+    from spark_dp._version import __version__
+    from spark_dp.release import MANIFEST_SCHEMA_VERSION
+    from spark_dp.session import canonical_sha256
+
+    if release_id is not None:
+        V.check_str("release_id", release_id, owner=OWNER)
+        if os.sep in release_id or release_id.startswith("."):
+            raise ConfigError(f"The 'release_id' parameter must not contain {os.sep!r} or start with '.'. Got {release_id!r} instead.")
+    rid = release_id or f"tensor_decomposition-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    request_sha = canonical_sha256(request)
+    existing = os.path.join(session.output, rid)
+    if os.path.isfile(os.path.join(existing, "manifest.json")):
+        rel = load_release(existing)
+        if rel.manifest.get("request_sha256") != request_sha:
+            raise ReleaseConflictError(f"Release id {rid!r} was used for a different request; choose a new release id.")
+        rel.reused = True
+        return rel
+    log.warning("tensor_decomposition: mechanism %r is NOT differentially private; use it on public data only",
+                mechanism)
+    arrays = _payload(run())
+    manifest = {
+        "schema_version": MANIFEST_SCHEMA_VERSION, "release_id": rid, "dataset_id": session.dataset_id,
+        "task": "tensor_decomposition", "mechanism": mechanism, **extra,
+        "privacy": {"private": False, "epsilon": None, "delta": None, "note": "not differentially private; nothing charged"},
+        "request_sha256": request_sha, "config_sha256": config_sha256,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "library_version": __version__,
+    }
+    release = Release(release_id=rid, arrays=arrays, manifest=manifest)
+    write_release(release, session.output)
+    return release
