@@ -2,6 +2,8 @@
 
     spark-dp release CONFIG                 run a release job (also: spark-submit jobs/release.py CONFIG)
     spark-dp ledger --uri URI [--dataset ID] [--set-limit EPS DELTA]
+    spark-dp estimate RELEASE_DIR --items FILE            item,estimate CSV from a count_sketch release
+    spark-dp heavy-hitters RELEASE_DIR [--candidates PATH] [--top N] [--threshold T]
 
 Bad requests print one line ``spark-dp: error: …`` and exit 2 (no traceback).
 """
@@ -79,6 +81,80 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_sketch_commands(sub) -> None:
+    """``estimate`` and ``heavy-hitters``: post-processing of count_sketch releases (no budget)."""
+
+    def _write_csv(rows) -> None:
+        import csv
+
+        out = csv.writer(sys.stdout, lineterminator="\n")
+        out.writerow(["item", "estimate"])
+        for item, est in rows:
+            out.writerow(["" if item is None else item, repr(float(est))])
+
+    def _estimate(args: argparse.Namespace) -> int:
+        import os
+
+        from spark_dp.sketch.estimate import SketchView, coerce_items, estimate
+
+        view = SketchView.of(args.release_dir)
+        if not os.path.isfile(args.items):
+            raise SparkDPError(f"Items file {args.items!r} does not exist.")
+        with open(args.items, encoding="utf-8") as fh:
+            lines = [ln.rstrip("\n") for ln in fh if ln.rstrip("\n") != ""]
+        items = coerce_items(lines, view.kind, parse=True)
+        _write_csv(zip(items, estimate(view, items), strict=True))
+        return 0
+
+    def _heavy_hitters(args: argparse.Namespace) -> int:
+        import os
+
+        from spark_dp.release import load_release
+        from spark_dp.sketch.estimate import SketchView, heavy_hitters
+
+        release = load_release(args.release_dir)
+        view = SketchView.of(release)
+        top = args.top
+        if args.candidates is None:
+            stored = (release.manifest.get("heavy_hitters") or {}).get("items")
+            if stored is None:
+                raise SparkDPError("Release has no heavy hitters of its own; give --candidates PATH "
+                                   "(dyadic heavy hitters without candidates are not supported yet).")
+            rows = [(r["item"], r["estimate"]) for r in stored]
+            if args.threshold is not None:
+                rows = [r for r in rows if r[1] >= args.threshold]
+            _write_csv(rows[: top or len(rows)])
+            return 0
+        if not os.path.exists(args.candidates):
+            raise SparkDPError(f"Candidates path {args.candidates!r} does not exist.")
+        if args.candidates.endswith(".txt"):
+            from spark_dp.cli.task_count_sketch import read_candidates
+
+            cands, col = read_candidates(None, args.candidates, "text", "", view.kind)
+        else:
+            from spark_dp.aggregates import read_dataset
+            from spark_dp.runtime import get_spark
+
+            col = args.column or release.manifest["columns"][0]
+            cands = read_dataset(get_spark("spark-dp heavy-hitters"), args.candidates, args.format)
+        _write_csv(heavy_hitters(view, cands, col, top=top, threshold=args.threshold))
+        return 0
+
+    p = sub.add_parser("estimate", help="frequency estimates from a count_sketch release (item,estimate CSV)")
+    p.add_argument("release_dir", help="the release directory")
+    p.add_argument("--items", required=True, help="file with one item a line")
+    p.set_defaults(func=_estimate)
+    p = sub.add_parser("heavy-hitters", help="top items by estimate from a count_sketch release (item,estimate CSV)")
+    p.add_argument("release_dir", help="the release directory")
+    p.add_argument("--candidates", help="a .txt file (one item a line) or a dataset with the item column")
+    p.add_argument("--column", help="candidate column in a dataset (default: the release's item column)")
+    p.add_argument("--format", default="parquet", help="format of a candidate dataset (default parquet)")
+    p.add_argument("--top", type=int, default=None, help="how many (default: the release's heavy_hitters.top)")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="minimum estimate (default: the release-time threshold in the manifest)")
+    p.set_defaults(func=_heavy_hitters)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spark-dp", description="Differentially private releases on Apache Spark.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO")
@@ -92,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set-limit", nargs=2, metavar=("EPSILON", "DELTA"), help="set the dataset's limit (recorded)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_ledger)
+    _add_sketch_commands(sub)
     return parser
 
 

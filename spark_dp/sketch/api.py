@@ -131,6 +131,8 @@ def count_sketch(
     top: int = 50,
     threshold: float | None = None,
     seeds: Sequence[int] | Release | None = None,
+    candidates: DataFrame | Sequence[Any] | None = None,
+    candidate_column: str | None = None,
     release_id: str | None = None,
     config_sha256: str | None = None,
 ) -> Release:
@@ -165,6 +167,10 @@ def count_sketch(
             ints) so the sketches can be merged (daily → weekly); default:
             fresh seeds from OS entropy. Privacy does not depend on the seeds,
             but published seeds let whoever supplies later data aim collisions.
+        candidates: optional public candidate items (a DataFrame with
+            ``candidate_column``, or a list): the release's manifest then lists
+            the top-``top`` candidates whose estimate is ≥ ``threshold``
+            (post-processing; candidates must not be chosen from the data).
         release_id: idempotency key (a release id seen before returns the
             stored release: no new noise, no new charge).
         config_sha256: the job config's digest, recorded in the manifest.
@@ -197,6 +203,21 @@ def count_sketch(
             V.check_str(name, col, owner=owner)
     from spark_dp.aggregates.sketch import histogram_table, item_kind, prepare_items, sketch_table
 
+    if candidates is not None:
+        if isinstance(candidates, DataFrame):
+            V.check_str("candidate_column", candidate_column, owner=owner)
+            ckind = item_kind(candidates, candidate_column)
+            if ckind != item_kind(df, column):
+                raise SchemaError(f"Candidate column {candidate_column!r} holds {ckind} items; "
+                                  f"column {column!r} does not.")
+        elif isinstance(candidates, str | bytes) or not isinstance(candidates, Sequence):
+            raise SchemaError(f"The 'candidates' parameter of {owner} must be a DataFrame or a list of items. "
+                              f"Got {type(candidates).__name__} instead.")
+        else:
+            from spark_dp.sketch.estimate import coerce_items
+
+            candidates = coerce_items(list(candidates), item_kind(df, column))
+
     kind = item_kind(df, column)  # schema checks only, no Spark job
     prepare_items(df, column, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
                   max_items_per_unit=max_items_per_unit)
@@ -221,7 +242,9 @@ def count_sketch(
         "params": params, "epsilon": epsilon, "delta": delta, "weight": weight, "privacy_unit": privacy_unit,
         "max_items_per_unit": max_items_per_unit, "unit_clipping": unit_clipping, "unit_l2_bound": C,
         "nulls": nulls, "nonfinite": nonfinite, "domain": domain,
-        "seeds": [str(x) for x in seeds] if given_seeds is not None else "fresh", "sampler": session.sampler.name,
+        "seeds": [str(x) for x in seeds] if given_seeds is not None else "fresh",
+        "candidates": None if candidates is None else (candidates if isinstance(candidates, list) else "dataframe"),
+        "sampler": session.sampler.name,
         "config_sha256": config_sha256,
     }
 
@@ -232,11 +255,20 @@ def count_sketch(
             return histogram_table(df, column, domain=domain, **common)
         return sketch_table(df, column, seeds=seeds, buckets=b, signed=SIGNED[mechanism], unit_l2_bound=C, **common)
 
+    hh_info: dict[str, Any] = {"top": top, "threshold": threshold}
+
     def noise(table: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
         noisy = release_table(plan, table, cp)
-        if mechanism == "histogram":
-            return {"histogram": noisy}
-        return {"sketch": noisy, "seeds": seeds_to_payload(seeds)}
+        arrays = {"histogram": noisy} if mechanism == "histogram" else {"sketch": noisy, "seeds": seeds_to_payload(seeds)}
+        if candidates is not None:
+            # Heavy hitters from public candidates: post-processing of the noisy table.
+            # (run_release builds the manifest after this call, so hh_info lands in it.)
+            from spark_dp.sketch.estimate import SketchView, heavy_hitters
+
+            view = SketchView(mechanism, kind, arrays.get("sketch", noisy), seeds, domain, threshold, top)
+            found = heavy_hitters(view, candidates, candidate_column, top=top, threshold=threshold)
+            hh_info["items"] = [{"item": x, "estimate": v} for x, v in found]
+        return arrays
 
     privacy = {
         "epsilon": plan.budget.epsilon, "delta": plan.budget.delta, "neighbors": "add_remove",
@@ -265,6 +297,6 @@ def count_sketch(
         task="count_sketch", mechanism=mechanism, release_id=release_id, request=request, events=plan.events,
         budget=plan.budget, compute=compute, noise=noise, privacy=privacy,
         extra={"columns": [column], "params": params, "policies": policies, "sketch": sketch_info,
-               "heavy_hitters": {"top": top, "threshold": threshold}},
+               "heavy_hitters": hh_info},
         config_sha256=config_sha256,
     )

@@ -1,0 +1,149 @@
+"""Task ``count_sketch``: a private CountSketch (or a baseline) of one item column.
+
+Config contract::
+
+    task: count_sketch
+    mechanism: private_count_sketch   # | count_min | count_mean | histogram
+    dataset: {id: logs.queries, path: data/q.parquet, format: parquet, columns: [query],
+              weight: null, privacy_unit: user_id, max_items_per_unit: 10,
+              nulls: item, unit_clipping: l1, unit_l2_bound: null}
+    privacy: {epsilon: 1.0, delta: 1.0e-6}
+    params: {repetitions: 15, buckets: 65536,
+             heavy_hitters: {top: 50, candidates: null, threshold: null, levels: null},
+             domain: null}            # histogram: a list of items or an int d
+
+``heavy_hitters.candidates`` is a path: a ``.txt`` file (one item a line) or
+a dataset in ``dataset.format`` holding the item column. ``levels`` (dyadic
+heavy hitters without candidates) is not implemented yet and must be null.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from spark_dp import _validation as V
+from spark_dp.cli.tasks import TaskSpec, register
+from spark_dp.errors import ConfigError
+from spark_dp.sketch.api import NULL_ITEMS, UNIT_CLIPPING, check_domain, check_sketch_request
+from spark_dp.sketch.count_sketch import MECHANISMS, plan_sketch
+
+OWNER = "the config"
+HH_KEYS = ("top", "candidates", "threshold", "levels")
+
+
+def _check_hh(key: str, value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise ConfigError(f"The {key!r} parameter of {OWNER} must be a mapping with keys {list(HH_KEYS)}. Got {value!r} instead.")
+    unknown = sorted(set(value) - set(HH_KEYS))
+    if unknown:
+        raise ConfigError(f"Unknown key '{key}.{unknown[0]}' in the config; expected one of {sorted(HH_KEYS)}.")
+    out = dict(value)
+    if out.get("top") is not None:
+        out["top"] = V.check_int(f"{key}.top", out["top"], owner=OWNER, low=1)
+    if out.get("threshold") is not None:
+        out["threshold"] = V.check_real(f"{key}.threshold", out["threshold"], owner=OWNER)
+    if out.get("candidates") is not None:
+        out["candidates"] = V.check_str(f"{key}.candidates", out["candidates"], owner=OWNER)
+    if out.get("levels") is not None:
+        raise ConfigError(f"The '{key}.levels' parameter of {OWNER} (dyadic heavy hitters) is not supported yet; "
+                          "give 'candidates' instead.")
+    return out
+
+
+def _unit_bound(config) -> tuple[int, str, float | None]:
+    ex = config.dataset.extra
+    return ex.get("max_items_per_unit", 1), ex.get("unit_clipping", "l1"), ex.get("unit_l2_bound")
+
+
+def _check(config) -> None:
+    if len(config.dataset.columns) != 1:
+        raise ConfigError(f"The 'dataset.columns' parameter of {OWNER} must name one item column for count_sketch. "
+                          f"Got {list(config.dataset.columns)!r} instead.")
+    if config.dataset.max_rows_per_unit != 1:
+        raise ConfigError("The 'dataset.max_rows_per_unit' parameter does not apply to count_sketch; "
+                          "use 'dataset.max_items_per_unit'.")
+    if config.dataset.dimension is not None:
+        raise ConfigError("The 'dataset.dimension' parameter does not apply to count_sketch.")
+    m, clip, C = _unit_bound(config)
+    p = config.params
+    check_sketch_request(
+        mechanism=config.mechanism, repetitions=p.get("repetitions", 15), buckets=p.get("buckets", 65536),
+        max_items_per_unit=m, unit_clipping=clip, unit_l2_bound=C, privacy_unit=config.dataset.privacy_unit,
+        domain=p.get("domain"), owner=OWNER,
+    )
+    cand = (p.get("heavy_hitters") or {}).get("candidates")
+    if cand is not None and not os.path.exists(cand) and "://" not in cand:
+        raise ConfigError(f"The 'params.heavy_hitters.candidates' path {cand!r} does not exist.")
+
+
+def _plan(config):
+    m, clip, C = _unit_bound(config)
+    if clip == "sketch_l2" and C is None:
+        C = m**0.5
+    k = 1 if config.mechanism == "histogram" else config.params.get("repetitions", 15)
+    return plan_sketch(config.mechanism, epsilon=config.privacy.epsilon, delta=config.privacy.delta,
+                       repetitions=k, max_items_per_unit=m, unit_l2_bound=C).events
+
+
+def read_candidates(spark, path: str, fmt: str, column: str, kind: str):
+    """Candidates from a ``.txt`` file (a list, one item a line) or a dataset (a DataFrame)."""
+    if path.endswith(".txt"):
+        from spark_dp.sketch.estimate import coerce_items
+
+        with open(path, encoding="utf-8") as fh:
+            lines = [ln.rstrip("\n") for ln in fh if ln.rstrip("\n") != ""]
+        return coerce_items(lines, kind, parse=True), None
+    from spark_dp.aggregates import read_dataset
+
+    return read_dataset(spark, path, fmt), column
+
+
+def _run(session, config, spark):
+    from spark_dp.aggregates import read_dataset
+    from spark_dp.aggregates.sketch import item_kind
+    from spark_dp.sketch.api import count_sketch
+
+    df = read_dataset(spark, config.dataset.path, config.dataset.format, config.dataset.options)
+    column = config.dataset.columns[0]
+    m, clip, C = _unit_bound(config)
+    hh = config.params.get("heavy_hitters") or {}
+    candidates = cand_col = None
+    if hh.get("candidates") is not None:
+        candidates, cand_col = read_candidates(spark, hh["candidates"], config.dataset.format, column,
+                                               item_kind(df, column))
+    return count_sketch(
+        session, df, column,
+        epsilon=config.privacy.epsilon, delta=config.privacy.delta, mechanism=config.mechanism,
+        repetitions=config.params.get("repetitions", 15), buckets=config.params.get("buckets", 65536),
+        weight=config.dataset.extra.get("weight"), privacy_unit=config.dataset.privacy_unit,
+        max_items_per_unit=m, unit_clipping=clip, unit_l2_bound=C,
+        nulls=config.dataset.extra.get("nulls", "item"), nonfinite=config.dataset.nonfinite,
+        domain=config.params.get("domain"), top=hh.get("top") or 50, threshold=hh.get("threshold"),
+        candidates=candidates, candidate_column=cand_col,
+        release_id=config.release_id, config_sha256=config.sha256,
+    )
+
+
+SPEC = register(TaskSpec(
+    name="count_sketch",
+    mechanisms=MECHANISMS,
+    params={
+        "repetitions": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
+        "buckets": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
+        "heavy_hitters": _check_hh,
+        "domain": lambda k, v: check_domain(v, owner=OWNER, name=k),
+    },
+    plan=_plan,
+    run=_run,
+    dataset_keys={
+        "weight": lambda k, v: V.check_str(k, v, owner=OWNER),
+        "max_items_per_unit": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
+        "nulls": lambda k, v: V.check_option(k, v, NULL_ITEMS, owner=OWNER),
+        "unit_clipping": lambda k, v: V.check_option(k, v, UNIT_CLIPPING, owner=OWNER),
+        "unit_l2_bound": lambda k, v: V.check_real(k, v, owner=OWNER, low=0, low_open=True),
+    },
+    requires_norm_bound=False,
+    neighbors=("add_remove",),
+    check=_check,
+))

@@ -1,0 +1,204 @@
+"""count_sketch end to end through the CLI, the API, and its bad-request catalogue."""
+
+import json
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+import spark_dp
+from benchmarks.sketch_data import make_sketch_data
+from spark_dp.cli.main import main as cli_main
+from spark_dp.errors import ConfigError, SchemaError
+from spark_dp.privacy import SeededSampler, open_ledger
+from spark_dp.sketch import estimate, estimate_df, heavy_hitters, merge_sketches, precision_recall
+from spark_dp.sketch.api import count_sketch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFS = ["private_count_sketch", "count_min", "count_mean", "histogram"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sketchdata")
+    path, cands = str(d / "q.parquet"), str(d / "cands.txt")
+    make_sketch_data(path, cands, n=4000, vocab=400, users=800)
+    return path, cands
+
+
+def _conf(tmp_path, data, name, **over):
+    with open(os.path.join(ROOT, "conf", f"count_sketch_{name}.yaml")) as fh:
+        cfg = yaml.safe_load(fh)
+    cfg["dataset"]["path"] = data[0]
+    hh = cfg["params"].get("heavy_hitters") or {}
+    if hh.get("candidates"):
+        hh["candidates"] = data[1]
+    cfg["ledger"]["uri"] = f"sqlite:///{tmp_path}/ledger.db"
+    cfg["output"]["path"] = str(tmp_path / "releases")
+    if name != "private_count_sketch":
+        cfg["privacy"]["sampler"] = "numpy"  # keep the suite fast; the PCS config keeps the secure sampler
+    for key, value in over.items():
+        section, _, leaf = key.partition(".")
+        if leaf:
+            cfg[section][leaf] = value
+        else:
+            cfg[section] = value
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return str(p), cfg
+
+
+@pytest.mark.parametrize("name", CONFS)
+def test_each_config_runs_with_the_job(spark, tmp_path, data, capsys, name):
+    path, cfg = _conf(tmp_path, data, name)
+    assert cli_main(["release", path]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rel = spark_dp.load_release(out["path"])
+    m = rel.manifest
+    assert m["task"] == "count_sketch" and m["mechanism"] == name
+    assert m["privacy"]["neighbors"] == "add_remove"
+    if name == "histogram":
+        assert rel["histogram"].shape == (5000,)
+    else:
+        k, b = cfg["params"]["repetitions"], cfg["params"]["buckets"]
+        assert rel["sketch"].shape == (k, b) and rel["seeds"].shape == (k, 2)
+        seeds = spark_dp.sketch.seeds_from_payload(rel["seeds"])
+        assert [str(s) for s in seeds] == m["sketch"]["seeds"]  # lossless 64-bit round trip
+    m_units = cfg["dataset"].get("max_items_per_unit", 1)
+    k = cfg["params"].get("repetitions", 1) if name != "histogram" else 1
+    expected_sens = {"private_count_sketch": np.sqrt(k) * np.sqrt(m_units), "count_min": k * 1.0,
+                     "count_mean": np.sqrt(k) * m_units, "histogram": m_units}[name]
+    assert m["privacy"]["sensitivity"] == pytest.approx(expected_sens)
+    # estimates of the most frequent items are within a few noise scales of the truth
+    t = pq.read_table(cfg["dataset"]["path"]).to_pandas()
+    col = cfg["dataset"]["columns"][0]
+    if cfg["dataset"].get("weight"):
+        counts = t.assign(w=t["weight"].clip(-1, 1)).groupby(col)["w"].sum().sort_values(ascending=False)
+    else:
+        counts = t[col].value_counts()
+    top = counts.index[:5].tolist()
+    est = estimate(rel, [int(x) for x in top] if col == "query_id" else top)
+    scale = m["privacy"].get("noise_sigma") or m["privacy"]["noise_scale"] * 2 * k
+    # user-level bounding drops rows of heavy users: the estimate may be below the raw count
+    assert np.all(est < counts.values[:5] + 6 * scale)
+    assert np.all(est > 0.5 * counts.values[:5] - 6 * scale)
+    assert cli_main(["release", path]) == 0  # re-run: the stored release, no new charge
+    again = json.loads(capsys.readouterr().out)
+    assert again["reused"] is True and again["dataset_epsilon_spent"] == out["dataset_epsilon_spent"]
+    if cfg["params"].get("heavy_hitters", {}).get("candidates"):
+        items = m["heavy_hitters"]["items"]
+        assert 0 < len(items) <= cfg["params"]["heavy_hitters"]["top"]
+        assert all(r["estimate"] >= m["heavy_hitters"]["threshold"] for r in items)
+        prec, rec = precision_recall([r["item"] for r in items], counts.index[: len(items)].tolist())
+        assert prec >= 0.5
+
+
+def test_estimate_and_heavy_hitters_commands(spark, tmp_path, data, capsys):
+    path, cfg = _conf(tmp_path, data, "private_count_sketch")
+    assert cli_main(["release", path]) == 0
+    rdir = json.loads(capsys.readouterr().out)["path"]
+    items = tmp_path / "items.txt"
+    items.write_text("q0\nq1\nnever-seen\n")
+    assert cli_main(["estimate", rdir, "--items", str(items)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "item,estimate" and [ln.split(",")[0] for ln in lines[1:]] == ["q0", "q1", "never-seen"]
+    direct = estimate(rdir, ["q0", "q1", "never-seen"])
+    assert [float(ln.split(",")[1]) for ln in lines[1:]] == direct.tolist()
+    assert cli_main(["heavy-hitters", rdir, "--candidates", data[1], "--top", "3"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4 and lines[1].startswith("q0,")
+    assert cli_main(["heavy-hitters", rdir, "--top", "2"]) == 0  # the release's own list
+    assert len(capsys.readouterr().out.strip().splitlines()) == 3
+    # a candidate dataset: distributed join, same answer as the driver path
+    assert cli_main(["heavy-hitters", rdir, "--candidates", data[0], "--top", "3"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[1].startswith("q0,")
+    assert cli_main(["estimate", rdir, "--items", str(tmp_path / "nope.txt")]) == 2
+
+
+def test_api_estimates_distributed_join_and_merge(spark, tmp_path, data):
+    df = spark.read.parquet(data[0])
+    sess = spark_dp.DPSession("t.q", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=10.0, delta_limit=1e-5,
+                              output=str(tmp_path / "out"), sampler=SeededSampler(np.random.default_rng(3)))
+    r1 = count_sketch(sess, df, "query", epsilon=1.0, delta=1e-6, repetitions=5, buckets=256)
+    cands = spark.createDataFrame([(f"q{i}",) for i in range(50)] + [(None,)], "c string")
+    got = {r["item"]: r["estimate"] for r in estimate_df(r1, cands, "c").collect()}
+    items = [f"q{i}" for i in range(50)] + [None]
+    ref = estimate(r1, items)
+    assert np.allclose([got[x] for x in items], ref, rtol=0, atol=1e-9)
+    hh = heavy_hitters(r1, cands, "c", top=5)
+    assert hh == heavy_hitters(r1, items, top=5)
+    # the same seeds (from r1), a second day: the sketches add up
+    r2 = count_sketch(sess, df, "query", epsilon=1.0, delta=1e-6, repetitions=5, buckets=256, seeds=r1)
+    merged = merge_sketches([r1, r2], output=str(tmp_path / "out"))
+    assert np.array_equal(merged["sketch"], r1["sketch"] + r2["sketch"])
+    assert merged.privacy["epsilon"] > 1.0 and len(merged.privacy["events"]) == 2
+    assert merged.privacy["noise_sigma"] == pytest.approx(np.sqrt(2) * r1.privacy["noise_sigma"])
+    assert np.allclose(estimate(merged, ["q0"]), 2 * estimate(r1, ["q0"]), atol=8 * merged.privacy["noise_sigma"])
+    r3 = count_sketch(sess, df, "query", epsilon=1.0, delta=1e-6, repetitions=5, buckets=256)
+    with pytest.raises(ConfigError, match="other hash seeds"):
+        merge_sketches([r1, r3])
+    with pytest.raises(SchemaError, match="holds long items"):
+        estimate_df(r1, spark.createDataFrame([(1,)], "c long"), "c")
+    with pytest.raises(SchemaError, match="not a string"):
+        estimate(r1, [1])
+    with pytest.raises(SchemaError, match="DataFrame"):
+        estimate_df(r1, ["q1"], "c")
+
+
+def _charges(tmp_path):
+    db = tmp_path / "ledger.db"
+    return sum(s.releases for s in open_ledger(str(db)).status()) if db.exists() else 0
+
+
+@pytest.mark.parametrize("name, over, match", [
+    ("private_count_sketch", {"params": {"repetitions": 0, "buckets": 8}}, "params.repetitions"),
+    ("private_count_sketch", {"params": {"repetitions": 3, "buckets": 0}}, "params.buckets"),
+    ("count_mean", {"params": {"repetitions": 3, "buckets": 1}}, "'buckets'"),
+    ("private_count_sketch", {"params": {"heavy_hitters": {"levels": 20}}}, "levels"),
+    ("private_count_sketch", {"params": {"heavy_hitters": {"topp": 2}}}, "heavy_hitters.topp"),
+    ("private_count_sketch", {"params": {"domain": 10}}, "'domain'"),
+    ("histogram", {"params": {}}, "'domain'"),
+    ("private_count_sketch", {"mechanism": "count_sketchy"}, "mechanism"),
+    ("count_min", {"dataset.unit_clipping": "sketch_l2"}, "unit_clipping"),
+    ("count_mean", {"dataset.unit_clipping": "sketch_l2", "dataset.privacy_unit": None}, "privacy_unit"),
+    ("count_min", {"dataset.columns": ["query", "user_id"]}, "one item column"),
+    ("count_min", {"dataset.max_items_per_unit": 0}, "max_items_per_unit"),
+    ("count_min", {"dataset.nulls": "reject"}, "dataset.nulls"),
+    ("count_min", {"dataset.weight": "nope"}, "'nope' not found"),
+    ("count_min", {"dataset.weight": "query"}, "weight must be numeric"),
+    ("count_min", {"dataset.columns": ["weight"]}, "strings or integers"),
+    ("histogram", {"params": {"domain": ["a", "b"]}}, "domain"),
+    ("count_min", {"privacy.neighbors": "replace"}, "neighbors"),
+])
+def test_bad_requests_charge_nothing(spark, tmp_path, data, capsys, name, over, match):
+    path, _ = _conf(tmp_path, data, name, **over)
+    assert cli_main(["release", path]) == 2
+    err = capsys.readouterr().err
+    assert "spark-dp: error:" in err and match in err, err
+    assert _charges(tmp_path) == 0 and not os.path.exists(tmp_path / "releases")
+
+
+def test_api_bad_requests(spark, tmp_path, data):
+    df = spark.read.parquet(data[0])
+    sess = spark_dp.DPSession("t.q", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=10.0, delta_limit=1e-5,
+                              output=str(tmp_path / "out"), sampler="numpy")
+    kw = dict(epsilon=1.0, delta=1e-6, repetitions=3, buckets=16)
+    with pytest.raises(ConfigError, match="'repetitions'"):
+        count_sketch(sess, df, "query", **{**kw, "repetitions": 0})
+    with pytest.raises(ConfigError, match="'buckets'"):
+        count_sketch(sess, df, "query", **{**kw, "buckets": 0})
+    with pytest.raises(SchemaError, match="DataFrame"):
+        count_sketch(sess, [("a",)], "query", **kw)
+    with pytest.raises(SchemaError, match="holds long items"):
+        count_sketch(sess, df, "query", candidates=df, candidate_column="query_id", **kw)
+    with pytest.raises(SchemaError, match="not a string"):
+        count_sketch(sess, df, "query", candidates=[1, 2], **kw)
+    with pytest.raises(SchemaError, match="DataFrame or a list"):
+        count_sketch(sess, df, "query", candidates="q1", **kw)
+    with pytest.raises(ConfigError, match="'seeds'"):
+        count_sketch(sess, df, "query", seeds=[1, 2], **kw)
+    with pytest.raises(SchemaError, match="domain"):
+        count_sketch(sess, df, "query", mechanism="histogram", domain=10, epsilon=1.0, delta=1e-6)
+    assert sess.budget() is None and not os.path.exists(tmp_path / "out")
