@@ -8,6 +8,7 @@ a float in the range (0, inf). Got -1 instead.``
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,13 +193,35 @@ class JobConfig:
         return tasks()[self.task]
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that reads ``1e-6`` as a float, as YAML 1.2 does.
+
+    PyYAML follows YAML 1.1, where a float needs a dot (``1.0e-6``) and
+    ``delta: 1e-6`` would silently be the string '1e-6'.
+    """
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
 def load_config(path: str, *, check_paths: bool = True) -> JobConfig:
     """Reads and validates a YAML job config."""
     if not os.path.isfile(path):
         raise ConfigError(f"Config file {path!r} does not exist.")
     try:
         with open(path) as fh:
-            raw = yaml.safe_load(fh)
+            raw = yaml.load(fh, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
