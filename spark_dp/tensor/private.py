@@ -136,6 +136,38 @@ def tensor_entry_plan(
     )
 
 
+def noisy_power_step(
+    T: np.ndarray, U: np.ndarray, lambdas: np.ndarray, V_: np.ndarray, *, nu: float, entry_scale: float,
+    gaussian: Callable[..., np.ndarray],
+) -> np.ndarray:
+    """Alg. 3 steps 6-7 for all L candidates: (T − D)(I,u,u) + ν c‖u‖∞²·z, one release per candidate.
+
+    ``gaussian(values, sigma=, l2_sensitivity=)`` is the chokepoint's; each
+    candidate is a Gaussian release with Δ = 6c‖u‖∞² and σ = ν c‖u‖∞².
+    """
+    S, _ = contract(T, U)  # step 6: (T − D)(I, u, u), D implicit
+    S, _ = deflate(S, None, U, lambdas, V_)
+    noisy = np.empty_like(S)
+    for tau in range(U.shape[1]):  # step 7
+        scale = entry_scale * float(np.max(np.abs(U[:, tau]))) ** 2
+        noisy[:, tau] = gaussian(S[:, tau], sigma=nu * scale, l2_sensitivity=6.0 * scale)
+    return noisy
+
+
+def noisy_eigenvalues(
+    T: np.ndarray, U: np.ndarray, lambdas: np.ndarray, V_: np.ndarray, *, nu: float, entry_scale: float,
+    gaussian: Callable[..., np.ndarray],
+) -> np.ndarray:
+    """Alg. 3 step 10: (T − D)(u,u,u) + ν c‖u‖∞³·z' per candidate (Δ = 6c‖u‖∞³)."""
+    _, m3 = contract(T, U)
+    _, m3 = deflate(np.zeros_like(U), m3, U, lambdas, V_)
+    lam = np.empty(U.shape[1])
+    for tau in range(U.shape[1]):
+        scale = entry_scale * float(np.max(np.abs(U[:, tau]))) ** 3
+        lam[tau] = gaussian(np.array([m3[tau]]), sigma=nu * scale, l2_sensitivity=6.0 * scale)[0]
+    return lam
+
+
 def private_tensor_power_method(
     T: np.ndarray,
     k: int,
@@ -172,20 +204,10 @@ def private_tensor_power_method(
     for _i in range(k):  # step 3
         U = random_unit_columns(rng, d, L)  # step 4
         for _t in range(R):  # step 5
-            S, _ = contract(T, U)  # step 6: (T − D)(I, u, u)
-            S, _ = deflate(S, None, U, lambdas, V_)
-            noisy = np.empty_like(S)
-            for tau in range(L):  # step 7: one release per candidate
-                scale = c * float(np.max(np.abs(U[:, tau]))) ** 2
-                noisy[:, tau] = chokepoint.gaussian(S[:, tau], sigma=nu * scale, l2_sensitivity=6.0 * scale)
+            noisy = noisy_power_step(T, U, lambdas, V_, nu=nu, entry_scale=c, gaussian=chokepoint.gaussian)
             U = normalize_columns(noisy, U)  # step 8
-        _, m3 = contract(T, U)  # step 10: (T − D)(u_R, u_R, u_R) + ν‖u_R‖∞³ z
-        _, m3 = deflate(np.zeros_like(U), m3, U, lambdas, V_)
-        lam = np.empty(L)
-        for tau in range(L):
-            scale = c * float(np.max(np.abs(U[:, tau]))) ** 3
-            lam[tau] = chokepoint.gaussian(np.array([m3[tau]]), sigma=nu * scale, l2_sensitivity=6.0 * scale)[0]
-        best = int(np.argmax(lam))
+        lam = noisy_eigenvalues(T, U, lambdas, V_, nu=nu, entry_scale=c, gaussian=chokepoint.gaussian)
+        best = int(np.argmax(lam))  # step 10: τ* = argmax λ̃
         lambdas = np.append(lambdas, lam[best])  # step 11: deflation D ← D + λ̂ v̂^⊗3
         V_ = np.vstack([V_, U[:, best]])
     return TensorDecomposition(eigenvalues=lambdas, eigenvectors=V_)

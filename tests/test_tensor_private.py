@@ -1,0 +1,272 @@
+"""Privacy of the tensor family: calibrations, white-box noise audits for every
+release shape, a black-box audit of one noisy power step, and utility.
+
+Every expected σ here is computed independently of the code under test: from
+``dp_accounting.get_sigma_gaussian`` (exact) or the paper's formulas written
+out below, and from vectors the test reconstructs itself, never from the
+``sigma`` the mechanism passes to the sampler.
+"""
+
+import itertools
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from spark_dp.errors import ConfigError
+from spark_dp.privacy import Budget, Chokepoint, NumpySampler, SeededSampler, compose_epsilon, open_ledger
+from spark_dp.privacy.chokepoint import UnchargedNoiseError
+from spark_dp.tensor import (
+    input_perturbation_plan,
+    private_online_power_method,
+    private_tensor_power_method,
+    rows_plan,
+    tensor_entry_plan,
+)
+from spark_dp.tensor.input_perturbation import noisy_symmetric_tensor, unique_entries
+from spark_dp.tensor.power_method import random_unit_columns
+from spark_dp.tensor.private import noisy_power_step
+from tests._audit import chi2_variance_pvalue, empirical_epsilon
+from tests._tensor_data import match, orthogonal_tensor
+
+EPS, DELTA = 1.0, 1e-6
+
+
+def paper_nu(eps, delta, K):
+    """Alg. 3 step 2, written out: ν = 6√(2 ln(1.25/δ₀))/ε₀."""
+    eps0 = eps / math.sqrt(K * (4 + math.log(2 / delta)))
+    delta0 = delta / (2 * K)
+    return 6 * math.sqrt(2 * math.log(1.25 / delta0)) / eps0
+
+
+def exact_nu(eps, delta, K):
+    return 6 * math.sqrt(K) * dp_accounting.get_sigma_gaussian(eps, delta)
+
+
+class RecordingSampler(NumpySampler):
+    """Records the noise of every draw (output − input), in order."""
+
+    def __init__(self, factor=1.0):
+        super().__init__()
+        self.noise, self.factor = [], factor
+
+    def gaussian(self, values, sigma, l2_sensitivity):
+        out = super().gaussian(values, sigma * self.factor, l2_sensitivity)
+        self.noise.append(out - values)
+        return out
+
+
+class HalvedSampler(RecordingSampler):
+    """A deliberately under-noised sampler: the audits must catch it."""
+
+    def __init__(self):
+        super().__init__(factor=0.5)
+
+
+def charged(tmp_path, events, sampler, name="r"):
+    ledger = open_ledger(f"sqlite:///{tmp_path}/{name}.db")
+    cp = Chokepoint(ledger, dataset_id="audit", release_id=name, request_sha256="x", sampler=sampler,
+                    limit=Budget(1e6, 1e-3))
+    cp.charge(events, Budget(EPS, DELTA))
+    return cp
+
+
+# -- calibration -------------------------------------------------------------------
+@pytest.mark.parametrize("k, L, R", [(1, 1, 1), (3, 10, 20), (5, 20, 30)])
+def test_tensor_entry_plans_match_independent_formulas(k, L, R):
+    K = k * L * (R + 1)
+    exact = tensor_entry_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, calibration="exact")
+    paper = tensor_entry_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, calibration="paper")
+    assert exact.releases == paper.releases == len(exact.events) == K
+    assert exact.nu == pytest.approx(exact_nu(EPS, DELTA, K), rel=1e-6)
+    assert paper.nu == pytest.approx(paper_nu(EPS, DELTA, K), rel=1e-12)
+    assert exact.nu < paper.nu
+    # the ledger's exact accounting: exact spends the claim, paper much less
+    assert compose_epsilon(exact.events, DELTA) == pytest.approx(EPS, abs=1e-6)
+    assert compose_epsilon(exact.events, DELTA) <= EPS
+    assert compose_epsilon(paper.events, DELTA) < 0.5 * EPS
+
+
+def test_rows_plan_sensitivities_and_composition():
+    B, L, k, R = 1.5, 8, 2, 3
+    fresh = rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=B, mode="fresh")
+    reuse = rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=B, mode="reuse")
+    z1 = dp_accounting.get_sigma_gaussian(EPS, DELTA)
+    assert fresh.sensitivity == pytest.approx(math.sqrt(L) * B**3)
+    assert fresh.composition == "parallel" and len(fresh.events) == 1
+    assert fresh.sigma == pytest.approx(z1 * math.sqrt(L) * B**3, rel=1e-6)
+    assert reuse.composition == "sequential" and len(reuse.events) == k * (R + 1)
+    assert reuse.sigma == pytest.approx(z1 * math.sqrt(k * (R + 1) * L) * B**3, rel=1e-6)
+    rep = rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=B, mode="reuse", neighbors="replace",
+                    max_rows_per_unit=3)
+    assert rep.sensitivity == pytest.approx(2 * 3 * math.sqrt(L) * B**3)
+    paper = rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=B, mode="reuse", calibration="paper")
+    assert paper.sigma == pytest.approx(paper_nu(EPS, DELTA, k * L * (R + 1)) / 6 * B**3, rel=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_calibration_errors_are_config_errors():
+    with pytest.raises(ConfigError, match="'epsilon'.*too small"):
+        tensor_entry_plan(epsilon=1e-12, delta=DELTA, k=1, L=1, R=1)
+    with pytest.raises(ConfigError, match="epsilon_0"):
+        tensor_entry_plan(epsilon=50.0, delta=DELTA, k=1, L=1, R=1, calibration="paper")
+    with pytest.raises(ConfigError, match="'mode'"):
+        rows_plan(epsilon=EPS, delta=DELTA, k=1, L=1, R=1, norm_bound=1.0, mode="fresh", max_rows_per_unit=2)
+
+
+# -- white-box audits ---------------------------------------------------------------
+def _alg3_standardised_noise(sampler, nu_indep, *, d=8, L=6, R=3, seed=3):
+    """Alg. 3 on the zero tensor (k = 1): replays the candidates from the seed and
+    standardises every recorded draw by the independently computed σ."""
+    plan = tensor_entry_plan(epsilon=EPS, delta=DELTA, k=1, L=L, R=R)
+    cp = charged(pytest_tmp, plan.events, sampler)
+    private_tensor_power_method(np.zeros((d, d, d)), 1, L=L, R=R, nu=plan.nu, chokepoint=cp,
+                                rng=np.random.default_rng(seed))
+    assert cp.unused_events == []
+    U = random_unit_columns(np.random.default_rng(seed), d, L)
+    draws = iter(sampler.noise)
+    z = []
+    for _t in range(R):  # power steps: T = 0, so the released vector is the noise
+        new = np.empty_like(U)
+        for tau in range(L):
+            n = next(draws)
+            z.append(n / (nu_indep * np.max(np.abs(U[:, tau])) ** 2))
+            new[:, tau] = n / np.linalg.norm(n)
+        U = new
+    for tau in range(L):  # eigenvalue estimates at u_R
+        z.append(next(draws) / (nu_indep * np.max(np.abs(U[:, tau])) ** 3))
+    assert next(draws, None) is None
+    return np.concatenate(z)
+
+
+@pytest.fixture(autouse=True)
+def _tmp(tmp_path):
+    global pytest_tmp
+    pytest_tmp = tmp_path
+
+
+def test_white_box_alg3_power_steps_and_eigenvalues():
+    nu = exact_nu(EPS, DELTA, 1 * 6 * 4)
+    z = _alg3_standardised_noise(RecordingSampler(), nu)
+    assert z.size == 3 * 6 * 8 + 6
+    assert chi2_variance_pvalue(z, 1.0) > 1e-6
+    assert chi2_variance_pvalue(z, 0.5) < 1e-6 and chi2_variance_pvalue(z, 2.0) < 1e-6
+
+
+def test_white_box_alg3_catches_under_noise():
+    nu = exact_nu(EPS, DELTA, 1 * 6 * 4)
+    z = _alg3_standardised_noise(HalvedSampler(), nu)
+    assert chi2_variance_pvalue(z, 1.0) < 1e-6
+
+
+def test_alg3_with_smaller_nu_than_charged_is_refused(tmp_path):
+    plan = tensor_entry_plan(epsilon=EPS, delta=DELTA, k=1, L=2, R=2)
+    cp = charged(tmp_path, plan.events, RecordingSampler(), "half")
+    with pytest.raises(UnchargedNoiseError):
+        private_tensor_power_method(np.zeros((4, 4, 4)), 1, L=2, R=2, nu=plan.nu / 2, chokepoint=cp,
+                                    rng=np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("mode", ["fresh", "reuse"])
+@pytest.mark.parametrize("calibration", ["exact", "paper"])
+def test_white_box_rows_batches(tmp_path, mode, calibration):
+    d, k, L, R, B = 6, 2, 4, 2, 1.3
+    plan = rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=B, mode=mode, calibration=calibration)
+    batches = 1 if mode == "fresh" else k * (R + 1)
+    if calibration == "exact":
+        sigma = math.sqrt(batches) * dp_accounting.get_sigma_gaussian(EPS, DELTA) * math.sqrt(L) * B**3
+    else:
+        sigma = paper_nu(EPS, DELTA, batches * L) / 6 * B**3
+    sampler = RecordingSampler()
+    cp = charged(tmp_path, plan.events, sampler)
+    zeros = lambda U, p: (np.zeros((d, L)), np.zeros(L), 0.0)  # noqa: E731 - exact sums of an empty input
+    dec = private_online_power_method(zeros, d=d, k=k, L=L, R=R, plan=plan, chokepoint=cp,
+                                      rng=np.random.default_rng(1))
+    assert cp.unused_events == [] and dec.eigenvectors.shape == (k, d)
+    shapes = [n.shape for n in sampler.noise]
+    assert shapes == ([(d * L,)] * R + [(L,)]) * k  # R power batches + 1 eigenvalue batch per component
+    noise = np.concatenate(sampler.noise)
+    assert chi2_variance_pvalue(noise, sigma) > 1e-6
+    assert chi2_variance_pvalue(noise, sigma / 2) < 1e-6
+    halved = RecordingSampler(factor=0.5)
+    cp2 = charged(tmp_path, plan.events, halved, "halved")
+    private_online_power_method(zeros, d=d, k=k, L=L, R=R, plan=plan, chokepoint=cp2, rng=np.random.default_rng(1))
+    assert chi2_variance_pvalue(np.concatenate(halved.noise), sigma) < 1e-6
+
+
+def test_white_box_input_perturbation(tmp_path):
+    d, c = 6, 0.7
+    plan = input_perturbation_plan(epsilon=EPS, delta=DELTA, entry_scale=c)
+    sigma = dp_accounting.get_sigma_gaussian(EPS, DELTA) * c
+    for sampler, ok in ((RecordingSampler(), True), (HalvedSampler(), False)):
+        cp = charged(tmp_path, plan.events, sampler, f"ip{ok}")
+        E = noisy_symmetric_tensor(np.zeros((d, d, d)), sigma=plan.sigma, sensitivity=plan.sensitivity, chokepoint=cp)
+        for p in [(1, 0, 2), (2, 1, 0), (0, 2, 1)]:
+            assert np.array_equal(E, E.transpose(p))
+        i, j, k, w = unique_entries(d)
+        assert sorted(set(w)) == [1.0, 2.0, 6.0]
+        z = E[i, j, k] / w  # each unique entry carries N(0, (wσ)²)
+        assert bool(chi2_variance_pvalue(z, sigma) > 1e-6) is ok
+        assert chi2_variance_pvalue(z, sigma / 2 if ok else 2 * sigma) < 1e-6
+
+
+def test_input_perturbation_sensitivity_is_attained_by_each_entry_kind():
+    """A neighbouring change ±c·sym(eᵢ⊗eⱼ⊗eₖ) moves exactly one scaled unique entry, by c."""
+    d, c = 4, 0.7
+    i, j, k, w = unique_entries(d)
+    for a, b, e in [(0, 1, 2), (1, 1, 3), (2, 2, 2)]:
+        D = np.zeros((d, d, d))
+        for p in itertools.permutations((a, b, e)):
+            D[p] += c
+        diff = D[i, j, k] / w
+        assert np.count_nonzero(diff) == 1 and np.linalg.norm(diff) == pytest.approx(c)
+
+
+# -- black-box audit of one noisy power step ----------------------------------------------
+class _Direct:
+    """The chokepoint's gaussian for the audit: numpy noise at the σ the step asks for."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def gaussian(self, values, *, sigma, l2_sensitivity):
+        return values + self.rng.normal(0.0, sigma, np.shape(values))
+
+
+def _one_step_projections(nu, n=300_000):
+    """One power step on neighbours T and T' = T + sym(e₀⊗e₀⊗e₀) at a fixed u, projected on
+    the difference direction e₀ (where the bound 6‖u‖∞² is attained)."""
+    d = 4
+    u = np.full(d, 0.5)  # ‖u‖∞² = 1/4, difference 6·u₀²·e₀
+    T, _, _ = orthogonal_tensor(d, 2, seed=4)
+    T2 = T.copy()
+    T2[0, 0, 0] += 6.0
+    U = np.tile(u[:, None], (1, n))
+    none = (np.zeros(0), np.zeros((0, d)))
+    x0 = noisy_power_step(T, U, *none, nu=nu, entry_scale=1.0, gaussian=_Direct(1).gaussian)[0]
+    x1 = noisy_power_step(T2, U, *none, nu=nu, entry_scale=1.0, gaussian=_Direct(2).gaussian)[0]
+    base = np.einsum("ijk,j,k->i", T, u, u)[0]
+    return x0 - base, x1 - base
+
+
+def test_black_box_one_power_step_stays_below_claim():
+    nu = 6 * dp_accounting.get_sigma_gaussian(EPS, DELTA)  # one release at (ε, δ)
+    x0, x1 = _one_step_projections(nu)
+    assert empirical_epsilon(x0, x1, DELTA) < EPS
+
+
+def test_black_box_catches_an_under_noised_step():
+    nu = 6 * dp_accounting.get_sigma_gaussian(EPS, DELTA) / 2
+    x0, x1 = _one_step_projections(nu)
+    assert empirical_epsilon(x0, x1, DELTA) > EPS
+
+
+# -- utility -----------------------------------------------------------------------
+def test_alg3_recovers_top_component_at_large_epsilon(tmp_path):
+    T, lam, V = orthogonal_tensor(20, 3, seed=5, lambdas=[3000.0, 2000.0, 1000.0])
+    plan = tensor_entry_plan(epsilon=5.0, delta=DELTA, k=3, L=8, R=15)
+    cp = charged(tmp_path, plan.events, SeededSampler(np.random.default_rng(6)))
+    dec = private_tensor_power_method(T, 3, L=8, R=15, nu=plan.nu, chokepoint=cp, rng=np.random.default_rng(7))
+    assert np.linalg.norm(dec.eigenvectors[0] - V[0]) < 0.05
+    assert abs(dec.eigenvalues[0] - lam[0]) < 0.05 * lam[0]
