@@ -1,0 +1,79 @@
+"""Inverse-Wishart posterior sampling of the second-moment matrix.
+
+Implements Section 5 of Sheffet (arXiv 1507.00056): with an inverse-Wishart
+prior spread by w²·I, a draw from the posterior X ~ W⁻¹_d(AᵀA + w²I, m) is
+differentially private. The privacy condition used here is the *exact*
+(ε, δ) profile of ``spark_dp.second_moment.chi2_profile`` (derivation in
+``docs/privacy_second_moment.md``), not the paper's tail bound:
+
+* Neighbours: add/remove one row (‖v‖₂ ≤ B). With Σ₀ = AᵀA + w²I,
+  a = vᵀΣ₀⁻¹v ≤ B²/w² = a_max, the privacy loss is
+  L = (m/2)·ln(1+a) − ½·vᵀX⁻¹v with vᵀX⁻¹v ~ (a/(1+a))χ²_m under P₁ and
+  a·χ²_m under P₀ — the JL profile with P₀, P₁ swapped. w is the smallest
+  ridge whose worst case over a ∈ (0, a_max] meets (ε, δ).
+* m is a *public* parameter (``dof``). The paper uses m = n + m₀, which is
+  only valid when n is public (its replace-one neighbours). Under add/remove
+  n is private and an m depending on it would break the cancellation of the
+  determinant term, so here m is chosen by the user; a public n may be
+  passed as ``dof = n + m₀`` to get the paper's posterior exactly.
+* Replace-one: group privacy of the add/remove profile (ε/2, δ/(1+e^{ε/2})).
+
+Sampling (Bartlett-free, driven by the chokepoint's sampler): with
+Σ = LLᵀ (Cholesky) and G an m×d matrix of i.i.d. N(0, 1), the rows of GL⁻¹
+are N(0, Σ⁻¹) so L⁻ᵀGᵀGL⁻¹ ~ W_d(Σ⁻¹, m) and its inverse
+X = L(GᵀG)⁻¹Lᵀ ~ W⁻¹_d(Σ, m). The release is (m − d − 1)·X, whose mean is
+Σ = AᵀA + w²I.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import linalg
+
+from spark_dp.privacy import Chokepoint, EpsilonDeltaEvent
+from spark_dp.second_moment.chi2_profile import add_remove_target, calibrate_a_max
+
+
+def inverse_wishart_plan(
+    *, epsilon: float, delta: float, norm_bound: float, dof: int, neighbors: str = "add_remove"
+) -> tuple[EpsilonDeltaEvent, float, float]:
+    """The event, the prior spread w and a_max = B²/w² (all public)."""
+    eps_ar, delta_ar = add_remove_target(epsilon, delta, neighbors)
+    a_max = calibrate_a_max(eps_ar, delta_ar, dof)
+    w = norm_bound / np.sqrt(a_max)
+    return EpsilonDeltaEvent(epsilon=epsilon, delta=delta, mechanism="inverse_wishart"), float(w), a_max
+
+
+def inverse_wishart(
+    gram: np.ndarray, *, chokepoint: Chokepoint, event: EpsilonDeltaEvent, dof: int, w: float,
+    postprocess: str = "none",
+) -> np.ndarray:
+    """Returns (m − d − 1)·X, X ~ W⁻¹_d(AᵀA + w²I, m), optionally post-processed.
+
+    Args:
+        gram: exact AᵀA of clipped rows, shape (d, d).
+        chokepoint: a charged chokepoint holding ``event``.
+        event: the release's EpsilonDeltaEvent.
+        dof: m ≥ d + 2 (public).
+        w: the prior spread from :func:`inverse_wishart_plan`.
+        postprocess: ``none``; ``shift`` — subtract w²·I (an estimate of
+            AᵀA; may be indefinite); ``psd`` — after the shift, negative
+            eigenvalues set to 0.
+    """
+    d = gram.shape[0]
+    # Step 1: posterior scale Σ = AᵀA + w² I (prior W⁻¹(w² I, ·) updated with the data).
+    sigma = gram + w**2 * np.eye(d)
+    chol_sigma = linalg.cholesky(sigma, lower=True)
+    # Step 2: G (m × d) i.i.d. N(0, 1), after the charge, through the chokepoint.
+    g = chokepoint.randomness(event).standard_normal(dof * d).reshape(dof, d)
+    chol_g = linalg.cholesky(g.T @ g, lower=True)
+    # Step 3: X = L (GᵀG)⁻¹ Lᵀ = TᵀT with T = C⁻¹Lᵀ, GᵀG = CCᵀ.
+    t = linalg.solve_triangular(chol_g, chol_sigma.T, lower=True)
+    out = (dof - d - 1) * (t.T @ t)
+    out = 0.5 * (out + out.T)
+    if postprocess in ("shift", "psd"):
+        out = out - w**2 * np.eye(d)
+    if postprocess == "psd":
+        vals, vecs = np.linalg.eigh(out)
+        out = (vecs * np.clip(vals, 0.0, None)) @ vecs.T
+    return out

@@ -1,0 +1,102 @@
+"""Additive Wishart noise: AᵀA + W, W ~ W_d(B²·I, k).
+
+Implements Section 4 of Sheffet, "Private Approximations of the 2nd-Moment
+Matrix Using Existing Techniques in Linear Regression" (arXiv 1507.00056),
+Theorem 4.1: for rows with ‖a‖₂ ≤ B and k ≥ d + 28·ln(4/δ)/ε², releasing
+AᵀA + W with W ~ W_d(B²I, k) is (ε, δ)-DP.
+
+Guarantee and neighbour relation:
+
+* Sheffet's neighbours are matrices that *differ in one row* (replace one
+  row, both rows of norm ≤ B, n public). Because the release depends on the
+  data only through AᵀA, adding a row v has the same effect on AᵀA as
+  replacing a zero row by v, so the theorem also covers add/remove
+  neighbours: the same k serves both, and the manifest records the
+  theorem's relation (``theorem_neighbors``).
+* The theorem is an (ε, δ) tail bound, not a privacy profile: the release is
+  recorded as an :class:`~spark_dp.privacy.EpsilonDeltaEvent` and composed
+  through its PLD. We accept 0 < ε ≤ 1 only, the range in which such tail
+  arguments are stated; larger ε is refused rather than extrapolated.
+* This is *not* the Wishart mechanism of Jiang et al. (2016, df = d + 1),
+  which was shown not to be DP.
+
+Sampling: W = B²·GᵀG with G a k×d matrix of i.i.d. N(0, 1) drawn from the
+chokepoint's sampler (``standard_normal``) after the release is charged; the
+rows of B·G are k i.i.d. N(0, B²I) vectors, so W ~ W_d(B²I, k) exactly (up
+to the sampler's 2^-30 grid). Sheffet's view: A is appended with k random
+rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spark_dp.errors import ConfigError
+from spark_dp.privacy import Chokepoint, EpsilonDeltaEvent
+
+
+def wishart_min_dof(d: int, epsilon: float, delta: float) -> int:
+    """Sheffet Thm 4.1: the smallest k = d + ⌈28·ln(4/δ)/ε²⌉."""
+    return int(d + math.ceil(28.0 * math.log(4.0 / delta) / epsilon**2))
+
+
+def wishart_plan(*, d: int, epsilon: float, delta: float, dof: int | None = None, owner: str = "second_moment") -> tuple[EpsilonDeltaEvent, int]:
+    """The release's event and its degrees of freedom k (all public).
+
+    Raises:
+        ConfigError: ε > 1, or a ``dof`` below Sheffet's bound for (ε, δ).
+    """
+    if epsilon > 1.0:
+        raise ConfigError(
+            f"The 'epsilon' parameter of {owner} must be at most 1 for the wishart mechanism "
+            f"(Sheffet Thm 4.1 is stated for epsilon <= 1). Got {epsilon:g} instead."
+        )
+    k_min = wishart_min_dof(d, epsilon, delta)
+    if dof is None:
+        k = k_min
+    else:
+        if dof < k_min:
+            raise ConfigError(
+                f"The 'dof' parameter of {owner} is too small for epsilon={epsilon:g}, delta={delta:g}: "
+                f"the wishart mechanism needs k >= d + 28 ln(4/delta)/epsilon^2 = {k_min}. Got {dof} instead."
+            )
+        k = int(dof)
+    return EpsilonDeltaEvent(epsilon=epsilon, delta=delta, mechanism="wishart"), k
+
+
+def wishart_noise(chokepoint: Chokepoint, event: EpsilonDeltaEvent, *, d: int, k: int, norm_bound: float) -> np.ndarray:
+    """W = B²·GᵀG ~ W_d(B²I, k), drawn through the chokepoint (consumes ``event``)."""
+    sampler = chokepoint.randomness(event)
+    g = sampler.standard_normal(k * d).reshape(k, d)
+    return norm_bound**2 * (g.T @ g)
+
+
+def additive_wishart(
+    gram: np.ndarray, *, chokepoint: Chokepoint, event: EpsilonDeltaEvent, k: int, norm_bound: float,
+    postprocess: str = "none",
+) -> np.ndarray:
+    """Returns AᵀA + W (Sheffet Alg. of Section 4), optionally post-processed.
+
+    Args:
+        gram: exact AᵀA of clipped rows, shape (d, d).
+        chokepoint: a charged chokepoint holding ``event``.
+        event: the release's EpsilonDeltaEvent.
+        k: degrees of freedom (≥ :func:`wishart_min_dof`).
+        norm_bound: B.
+        postprocess: ``none``; ``shift`` — subtract E[W] = k·B²·I (the
+            paper's post-processing, unbiased but possibly indefinite);
+            ``psd`` — after the shift, negative eigenvalues set to 0.
+    """
+    d = gram.shape[0]
+    # Step 1: W ~ W_d(B² I, k) (k random rows appended to A).
+    w = wishart_noise(chokepoint, event, d=d, k=k, norm_bound=norm_bound)
+    # Step 2: output AᵀA + W.
+    out = gram + w
+    if postprocess in ("shift", "psd"):
+        out = out - k * norm_bound**2 * np.eye(d)
+    if postprocess == "psd":
+        vals, vecs = np.linalg.eigh(out)
+        out = (vecs * np.clip(vals, 0.0, None)) @ vecs.T
+    return out
