@@ -61,7 +61,7 @@ class TaskSpec:
     check: Callable[[JobConfig], None] | None = None
 
 
-_TASK_MODULES = ("spark_dp.cli.task_second_moment", "spark_dp.cli.task_count_sketch")
+_TASK_MODULES = ("spark_dp.cli.task_second_moment", "spark_dp.cli.task_tensor", "spark_dp.cli.task_count_sketch")
 _REGISTRY: dict[str, TaskSpec] = {}
 
 

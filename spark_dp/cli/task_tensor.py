@@ -1,0 +1,147 @@
+"""Task ``tensor_decomposition``: eigenpairs of a symmetric third-order tensor (Wang & Anandkumar 2016).
+
+The dataset is an explicit tensor (``format: tensor``, a ``.npy`` file of
+shape (d, d, d); neighbours ``tensor_entry``) or rows in a Spark format whose
+third moment Σ x^⊗3 is decomposed without forming it (neighbours
+``add_remove`` / ``replace``; ``privacy.norm_bound`` required).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spark_dp import _validation as V
+from spark_dp.aggregates import FORMATS
+from spark_dp.cli.tasks import TaskSpec, register
+from spark_dp.errors import ConfigError, SchemaError
+from spark_dp.tensor.api import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TENSOR_NEIGHBORS
+from spark_dp.tensor.input_perturbation import input_perturbation_plan
+from spark_dp.tensor.private import CALIBRATIONS, MODES, rows_plan, tensor_entry_plan
+
+OWNER = "the config"
+DEFAULTS = {"restarts": 20, "iterations": 30, "mode": "fresh", "rows_per_round": None, "calibration": "exact",
+            "whiten": False}
+
+
+def _bool(key, value):
+    if not isinstance(value, bool):
+        raise ConfigError(f"The {key!r} parameter of {OWNER} must be a bool. Got {value!r} instead.")
+    if value:
+        raise ConfigError(f"The {key!r} parameter of {OWNER} must be false: whitening is not implemented yet. Got true instead.")
+    return value
+
+
+PARAMS = {
+    "k": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
+    "restarts": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
+    "iterations": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
+    "mode": lambda k, v: V.check_option(k, v, MODES, owner=OWNER),
+    "rows_per_round": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
+    "calibration": lambda k, v: V.check_option(k, v, CALIBRATIONS, owner=OWNER),
+    "whiten": _bool,
+}
+
+
+def _p(config, key):
+    return config.params.get(key, DEFAULTS.get(key))
+
+
+def _explicit(config) -> bool:
+    return config.dataset.format == "tensor"
+
+
+def _tensor_shape(path: str) -> tuple[int, ...]:
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False).shape  # header only
+    except (ValueError, OSError) as exc:
+        raise SchemaError(f"Input path {path!r} is not a .npy array file: {exc}") from None
+
+
+def _check(config) -> None:
+    """Cross-key checks, before Spark starts and before anything is charged."""
+    mech = config.mechanism
+    if "k" not in config.params:
+        raise ConfigError("Missing required key 'params.k' in the config.")
+    k = config.params["k"]
+    if _explicit(config):
+        if mech in ROWS_ONLY:
+            raise ConfigError(f"The 'mechanism' {mech!r} needs rows; 'dataset.format' is 'tensor'.")
+        if mech in PRIVATE and config.privacy.neighbors != "tensor_entry":
+            raise ConfigError(
+                "The 'privacy.neighbors' parameter must be 'tensor_entry' for an explicit tensor "
+                f"(dataset.format: tensor). Got {config.privacy.neighbors!r} instead."
+            )
+        shape = _tensor_shape(config.dataset.path)
+        if len(shape) != 3 or not shape[0] == shape[1] == shape[2]:
+            raise SchemaError(f"The tensor in {config.dataset.path!r} must have shape (d, d, d). Got shape {shape} instead.")
+        d = shape[0]
+    else:
+        if mech in EXPLICIT_ONLY:
+            raise ConfigError(f"The 'mechanism' {mech!r} needs an explicit tensor ('dataset.format: tensor').")
+        if config.privacy.neighbors == "tensor_entry":
+            raise ConfigError("The 'privacy.neighbors' parameter must be 'add_remove' or 'replace' for rows. Got 'tensor_entry' instead.")
+        if config.privacy.norm_bound is None:
+            raise ConfigError("Missing required key 'privacy.norm_bound' in the config (rows are clipped to it).")
+        d = config.dataset.dimension or len(config.dataset.columns)
+    if k > d:
+        raise ConfigError(f"The 'params.k' parameter of {OWNER} must be an int in the range [1, {d}] "
+                          f"(at most the dimension d = {d}). Got {k} instead.")
+    _plan(config)  # calibration errors (epsilon too small, paper epsilon_0 >= 1) surface here
+
+
+def _plan(config):
+    mech = config.mechanism
+    if mech not in PRIVATE:
+        return []
+    eps, delta = config.privacy.epsilon, config.privacy.delta
+    k, L, R, cal = config.params["k"], _p(config, "restarts"), _p(config, "iterations"), _p(config, "calibration")
+    if _explicit(config):
+        if mech == "input_perturbation":
+            return input_perturbation_plan(epsilon=eps, delta=delta, calibration=cal,
+                                           entry_scale=config.privacy.extra.get("entry_scale", 1.0)).events
+        return tensor_entry_plan(epsilon=eps, delta=delta, k=k, L=L, R=R, calibration=cal).events
+    return rows_plan(epsilon=eps, delta=delta, k=k, L=L, R=R, norm_bound=config.privacy.norm_bound,
+                     mode=_p(config, "mode"), calibration=cal, neighbors=config.privacy.neighbors,
+                     max_rows_per_unit=config.dataset.max_rows_per_unit).events
+
+
+def _run(session, config, spark):
+    from spark_dp.tensor.api import tensor_decomposition
+
+    kw = dict(
+        k=config.params["k"], mechanism=config.mechanism, epsilon=config.privacy.epsilon,
+        delta=config.privacy.delta, neighbors=config.privacy.neighbors, restarts=_p(config, "restarts"),
+        iterations=_p(config, "iterations"), calibration=_p(config, "calibration"), whiten=_p(config, "whiten"),
+        entry_scale=config.privacy.extra.get("entry_scale", 1.0), release_id=config.release_id,
+        dataset_path=config.dataset.path, config_sha256=config.sha256,
+    )
+    if _explicit(config):
+        return tensor_decomposition(session, config.dataset.path, **kw)
+    from spark_dp.aggregates import read_dataset
+
+    if spark is None:
+        from spark_dp.runtime import get_spark
+
+        spark = get_spark("spark-dp tensor_decomposition")
+    df = read_dataset(spark, config.dataset.path, config.dataset.format, config.dataset.options)
+    return tensor_decomposition(
+        session, df, columns=list(config.dataset.columns), norm_bound=config.privacy.norm_bound,
+        mode=_p(config, "mode"), rows_per_round=_p(config, "rows_per_round"), nonfinite=config.dataset.nonfinite,
+        dimension=config.dataset.dimension, privacy_unit=config.dataset.privacy_unit,
+        max_rows_per_unit=config.dataset.max_rows_per_unit, **kw,
+    )
+
+
+SPEC = register(TaskSpec(
+    name="tensor_decomposition",
+    mechanisms=TENSOR_MECHANISMS,
+    params=PARAMS,
+    plan=_plan,
+    run=_run,
+    privacy_keys={"entry_scale": lambda k, v: V.check_real(k, v, owner=OWNER, low=0, low_open=True)},
+    requires_norm_bound=False,
+    formats=("tensor", *FORMATS),
+    neighbors=TENSOR_NEIGHBORS,
+    needs_spark=False,  # explicit tensors need no Spark; _run starts it for rows
+    check=_check,
+))

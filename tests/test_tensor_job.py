@@ -1,0 +1,141 @@
+"""The tensor_decomposition job: every conf/tensor_*.yaml on generated data, and its bad-request catalogue."""
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+import spark_dp
+from benchmarks.tensor_data import explicit_tensor, mixture_rows, write_all
+from spark_dp.cli.main import main as cli_main
+from spark_dp.privacy import open_ledger
+from tests._tensor_data import match
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFS = sorted(glob.glob(os.path.join(ROOT, "conf", "tensor_*.yaml")))
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tensor_data")
+    write_all(str(out))
+    return out
+
+
+def _cfg(path, data_dir, tmp_path, **over):
+    with open(path) as fh:
+        cfg = yaml.safe_load(fh)
+    cfg["dataset"]["path"] = str(data_dir / os.path.basename(cfg["dataset"]["path"]))
+    cfg["ledger"]["uri"] = f"sqlite:///{tmp_path}/ledger.db"
+    cfg["output"]["path"] = str(tmp_path / "releases")
+    cfg["privacy"]["sampler"] = "numpy"  # speed; the secure sampler is tested in the privacy suite
+    for key, value in over.items():
+        section, _, leaf = key.partition(".")
+        if leaf:
+            if value is None:
+                cfg[section].pop(leaf, None)
+            else:
+                cfg[section][leaf] = value
+        else:
+            cfg[section] = value
+    p = tmp_path / "job.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return str(p)
+
+
+def _charges(tmp_path):
+    db = tmp_path / "ledger.db"
+    return sum(s.releases for s in open_ledger(str(db)).status()) if db.exists() else 0
+
+
+def _written(tmp_path):
+    out = tmp_path / "releases"
+    return sorted(os.listdir(out)) if out.exists() else []
+
+
+@pytest.mark.parametrize("conf", CONFS, ids=[os.path.basename(c) for c in CONFS])
+def test_every_tensor_config_runs(spark, data_dir, tmp_path, capsys, conf):
+    assert len(CONFS) == 5
+    path = _cfg(conf, data_dir, tmp_path)
+    assert cli_main(["release", path]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rel = spark_dp.load_release(out["path"])
+    cfg = yaml.safe_load(open(path))
+    k = cfg["params"]["k"]
+    d = 20 if cfg["dataset"]["format"] == "tensor" else 8
+    assert rel["eigenvalues"].shape == (k,) and rel["eigenvectors"].shape == (k, d)
+    assert np.allclose(np.linalg.norm(rel["eigenvectors"], axis=1), 1.0)
+    m = rel.manifest
+    assert m["task"] == "tensor_decomposition" and m["mechanism"] == cfg["mechanism"]
+    private = cfg["mechanism"] in ("private_power_method", "input_perturbation")
+    assert m["privacy"]["private"] is private
+    assert _charges(tmp_path) == (1 if private else 0)
+    if private:
+        assert m["privacy"]["neighbors"] == cfg["privacy"]["neighbors"]
+        assert m["privacy"]["epsilon_exact_accounting"] <= cfg["privacy"]["epsilon"]
+    V = explicit_tensor()[2] if d == 20 else mixture_rows()[1]
+    if cfg["mechanism"] in ("power_method", "online_power_method", "private_power_method"):
+        _, err = match(rel["eigenvectors"][:1], V)
+        assert err.min() < 0.1, err  # the top component is recovered
+    # a re-run returns the stored release, no new charge
+    assert cli_main(["release", path]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["reused"] is True and _charges(tmp_path) == (1 if private else 0)
+
+
+def _tensor(tmp_path, arr):
+    p = tmp_path / "bad.npy"
+    np.save(p, arr)
+    return str(p)
+
+
+TENSOR = "tensor_private_power_method.yaml"
+ROWS = "tensor_private_rows.yaml"
+BAD = [
+    ("k_above_d_tensor", TENSOR, {"params": {"k": 21}}, "'params.k'"),
+    ("k_above_d_rows", ROWS, {"params": {"k": 9}}, "'params.k'"),
+    ("missing_k", TENSOR, {"params": {"restarts": 2}}, "params.k"),
+    ("restarts_zero", TENSOR, {"params": {"k": 1, "restarts": 0}}, "'params.restarts'"),
+    ("iterations_zero", ROWS, {"params": {"k": 1, "iterations": 0}}, "'params.iterations'"),
+    ("bad_mode", ROWS, {"params": {"k": 1, "mode": "stream"}}, "'params.mode'"),
+    ("bad_calibration", TENSOR, {"params": {"k": 1, "calibration": "classic"}}, "'params.calibration'"),
+    ("whiten", TENSOR, {"params": {"k": 1, "whiten": True}}, "'params.whiten'"),
+    ("epsilon_too_small", TENSOR, {"privacy.epsilon": 1e-12}, "too small"),
+    ("paper_epsilon0", TENSOR, {"privacy.epsilon": 500.0, "params": {"k": 1, "calibration": "paper"},
+                                "ledger.epsilon_limit": 1000.0}, "epsilon_0"),
+    ("rows_neighbors_on_tensor", TENSOR, {"privacy.neighbors": "add_remove"}, "'privacy.neighbors'"),
+    ("tensor_entry_on_rows", ROWS, {"privacy.neighbors": "tensor_entry"}, "'privacy.neighbors'"),
+    ("online_on_tensor", TENSOR, {"mechanism": "online_power_method"}, "needs rows"),
+    ("input_perturbation_on_rows", ROWS, {"mechanism": "input_perturbation"}, "explicit tensor"),
+    ("rows_without_norm_bound", ROWS, {"privacy.norm_bound": None}, "norm_bound"),
+    ("fresh_with_units", ROWS, {"dataset.max_rows_per_unit": 2, "dataset.privacy_unit": "x1"}, "'mode'"),
+    ("over_budget", ROWS, {"privacy.epsilon": 30.0}, "budget"),
+    ("unknown_param", TENSOR, {"params": {"k": 1, "restart": 3}}, "params.restart"),
+    ("bad_entry_scale", TENSOR, {"privacy.entry_scale": 0}, "'privacy.entry_scale'"),
+]
+
+
+@pytest.mark.parametrize("name, conf, over, needle", BAD, ids=[b[0] for b in BAD])
+def test_bad_requests_fail_cleanly(data_dir, tmp_path, capsys, name, conf, over, needle):
+    rc = cli_main(["release", _cfg(os.path.join(ROOT, "conf", conf), data_dir, tmp_path, **over)])
+    captured = capsys.readouterr()
+    assert rc == 2, captured
+    assert captured.err.startswith("spark-dp: error: ") and captured.err.count("\n") == 1
+    assert needle in captured.err, captured.err
+    assert _charges(tmp_path) == 0 and _written(tmp_path) == []
+
+
+@pytest.mark.parametrize("arr, needle", [
+    (np.zeros((5, 5)), "shape (d, d, d)"),
+    (np.zeros((5, 5, 4)), "shape (d, d, d)"),
+    (np.arange(27.0).reshape(3, 3, 3), "symmetric"),
+], ids=["not_3way", "not_cubic", "asymmetric"])
+def test_bad_tensor_files(data_dir, tmp_path, capsys, arr, needle):
+    path = _cfg(os.path.join(ROOT, "conf", TENSOR), data_dir, tmp_path, **{"dataset.path": _tensor(tmp_path, arr)})
+    assert cli_main(["release", path]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+    assert _charges(tmp_path) == 0 and _written(tmp_path) == []
