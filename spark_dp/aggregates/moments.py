@@ -139,3 +139,32 @@ def third_moment_sums(
     for value in parts.column("partial").to_pylist():
         total += np.frombuffer(value, dtype=np.float64)
     return total[: d * L].reshape(d, L), total[d * L : d * L + L].copy(), float(total[-1])
+
+
+def second_moment_sums(frame: DataFrame, d: int, *, norm_bound: float, nonfinite: str = "drop") -> tuple[np.ndarray, float]:
+    """Exact Σxxᵀ (d×d) and the row count over the clipped rows of ``frame`` (one pass).
+
+    Reads the same (cached) rows as :func:`third_moment_sums`, so whitening
+    and the power passes see one set of rows.
+    """
+    check_nonfinite(nonfinite)
+    B = float(norm_bound)
+
+    def partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        acc = np.zeros((d, d))
+        count = 0
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            X = clip_rows(apply_nonfinite(batch_to_block(batch, d), nonfinite), B)
+            acc += X.T @ X
+            count += X.shape[0]
+        out = np.concatenate([acc.ravel(), [float(count)]])
+        yield pa.RecordBatch.from_arrays([pa.array([out.tobytes()], type=pa.binary())], names=["partial"])
+
+    parts = frame.select(VECTOR_COL).mapInArrow(partials, _PARTIAL_SCHEMA).toArrow()
+    total = np.zeros(d * d + 1)
+    for value in parts.column("partial").to_pylist():
+        total += np.frombuffer(value, dtype=np.float64)
+    M2 = total[: d * d].reshape(d, d)
+    return (M2 + M2.T) / 2.0, float(total[-1])

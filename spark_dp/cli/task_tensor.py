@@ -17,6 +17,7 @@ from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.tensor.api import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TENSOR_NEIGHBORS
 from spark_dp.tensor.input_perturbation import input_perturbation_plan
 from spark_dp.tensor.private import CALIBRATIONS, MODES, rows_plan, tensor_entry_plan
+from spark_dp.tensor.whiten import whitened_rows_plan
 
 OWNER = "the config"
 DEFAULTS = {"restarts": 20, "iterations": 30, "mode": "fresh", "rows_per_round": None, "calibration": "exact",
@@ -26,8 +27,6 @@ DEFAULTS = {"restarts": 20, "iterations": 30, "mode": "fresh", "rows_per_round":
 def _bool(key, value):
     if not isinstance(value, bool):
         raise ConfigError(f"The {key!r} parameter of {OWNER} must be a bool. Got {value!r} instead.")
-    if value:
-        raise ConfigError(f"The {key!r} parameter of {OWNER} must be false: whitening is not implemented yet. Got true instead.")
     return value
 
 
@@ -66,6 +65,9 @@ def _check(config) -> None:
     if _explicit(config):
         if mech in ROWS_ONLY:
             raise ConfigError(f"The 'mechanism' {mech!r} needs rows; 'dataset.format' is 'tensor'.")
+        if _p(config, "whiten"):
+            raise ConfigError("The 'params.whiten' parameter must be false for an explicit tensor (no second moment "
+                              "to whiten with). Got true instead.")
         if mech in PRIVATE and config.privacy.neighbors != "tensor_entry":
             raise ConfigError(
                 "The 'privacy.neighbors' parameter must be 'tensor_entry' for an explicit tensor "
@@ -100,7 +102,8 @@ def _plan(config):
             return input_perturbation_plan(epsilon=eps, delta=delta, calibration=cal,
                                            entry_scale=config.privacy.extra.get("entry_scale", 1.0)).events
         return tensor_entry_plan(epsilon=eps, delta=delta, k=k, L=L, R=R, calibration=cal).events
-    return rows_plan(epsilon=eps, delta=delta, k=k, L=L, R=R, norm_bound=config.privacy.norm_bound,
+    plan_fn = whitened_rows_plan if _p(config, "whiten") else rows_plan
+    return plan_fn(epsilon=eps, delta=delta, k=k, L=L, R=R, norm_bound=config.privacy.norm_bound,
                      mode=_p(config, "mode"), calibration=cal, neighbors=config.privacy.neighbors,
                      max_rows_per_unit=config.dataset.max_rows_per_unit).events
 

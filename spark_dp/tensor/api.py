@@ -123,7 +123,10 @@ def tensor_decomposition(
             private one releases eigenvalues of the sums.
         calibration: ``exact`` (default) or ``paper`` (Alg. 3's advanced
             composition + classic Gaussian mechanism).
-        whiten: must be False; whitening is not implemented yet.
+        whiten: rows only: whiten by the (private) second moment to k
+            dimensions first, for linearly independent, non-orthogonal
+            components (:mod:`spark_dp.tensor.whiten`); adds payload arrays
+            ``components`` (k, d) and ``weights`` (k,).
         entry_scale: c in the ``tensor_entry`` relation T' − T = ±c·sym(eᵢ⊗eⱼ⊗eₖ).
         nonfinite, dimension, privacy_unit, max_rows_per_unit: row handling,
             as in :func:`spark_dp.second_moment.api.second_moment`.
@@ -142,8 +145,6 @@ def tensor_decomposition(
     V.check_option("mode", mode, MODES, owner=OWNER)
     if not isinstance(whiten, bool):
         raise ConfigError(f"The 'whiten' parameter of {OWNER} must be a bool. Got {whiten!r} instead.")
-    if whiten:
-        raise ConfigError(f"The 'whiten' parameter of {OWNER} must be False: whitening is not implemented yet. Got True instead.")
     if rows_per_round is not None:
         rows_per_round = V.check_int("rows_per_round", rows_per_round, owner=OWNER, low=1)
     entry_scale = V.check_real("entry_scale", entry_scale, owner=OWNER, low=0, low_open=True)
@@ -164,6 +165,9 @@ def tensor_decomposition(
               "epsilon": epsilon, "delta": delta, "neighbors": neighbors, "sampler": session.sampler.name,
               "dataset_path": dataset_path, "config_sha256": config_sha256}
 
+    if explicit and whiten:
+        raise ConfigError(f"The 'whiten' parameter of {OWNER} needs rows (a DataFrame): an explicit tensor has no "
+                          "second moment to whiten with. Got True instead.")
     if explicit:
         if isinstance(data, str | os.PathLike):
             dataset_path = dataset_path or os.fspath(data)
@@ -229,6 +233,13 @@ def tensor_decomposition(
                   else "every pass reads all rows",
         "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
     }}
+    if whiten:
+        return _whitened_rows(session, data, columns, release_id=release_id, request=request, extra=extra,
+                              mechanism=mechanism, private=private, k=k, L=L, R=R, d=d, mode=mode,
+                              epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
+                              calibration=calibration, nonfinite=nonfinite, dimension=dimension,
+                              privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, rng=rng,
+                              config_sha256=config_sha256)
     if private:
         plan = rows_plan(epsilon=epsilon, delta=delta, k=k, L=L, R=R, norm_bound=norm_bound, mode=mode,
                          calibration=calibration, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit)
@@ -275,14 +286,78 @@ def tensor_decomposition(
                             neighbors, epsilon, delta, config_sha256)
 
 
+def _whitened_rows(session, data, columns, *, release_id, request, extra, mechanism, private, k, L, R, d, mode,
+                   epsilon, delta, norm_bound, neighbors, calibration, nonfinite, dimension, privacy_unit,
+                   max_rows_per_unit, rng, config_sha256) -> Release:
+    """Whitened decomposition over rows (see :mod:`spark_dp.tensor.whiten`)."""
+    from spark_dp.aggregates.moments import prepare_rows, second_moment_sums, third_moment_sums
+    from spark_dp.tensor.whiten import (
+        private_whitened_power_method,
+        whitened_online_power_method,
+        whitened_rows_plan,
+    )
+
+    passes = k * passes_per_component(R, private) if mode == "fresh" else None
+    seed = int(rng.integers(0, 2**62))
+    if private:
+        plan = whitened_rows_plan(epsilon=epsilon, delta=delta, k=k, L=L, R=R, norm_bound=norm_bound, mode=mode,
+                                  calibration=calibration, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit)
+
+    def prepare() -> DataFrame:
+        return prepare_rows(data, columns, dimension=dimension, privacy_unit=privacy_unit,
+                            max_rows_per_unit=max_rows_per_unit, passes=passes, seed=seed)[0]
+
+    def moments_of(frame):
+        return lambda U, p: third_moment_sums(frame, U, norm_bound=norm_bound, nonfinite=nonfinite,
+                                              pass_index=p if mode == "fresh" else None)
+
+    def payload(w) -> dict[str, np.ndarray]:
+        return {"eigenvalues": w.eigenvalues, "eigenvectors": w.eigenvectors, "components": w.components,
+                "weights": w.weights}
+
+    if not private:
+        def run():
+            frame = prepare()
+            try:
+                M2, n = second_moment_sums(frame, d, norm_bound=norm_bound, nonfinite=nonfinite)
+                return whitened_online_power_method(moments_of(frame), M2 / max(n, 1.0), k=k, L=L, R=R, rng=rng)
+            finally:
+                frame.unpersist()
+        return _public_release(session, release_id, request, extra, mechanism, run, config_sha256, payload=payload)
+
+    def compute():
+        frame = prepare()
+        return frame, second_moment_sums(frame, d, norm_bound=norm_bound, nonfinite=nonfinite)[0]
+
+    def noise(exact, cp: Chokepoint) -> dict[str, np.ndarray]:
+        frame, gram = exact
+        try:
+            return payload(private_whitened_power_method(
+                moments_of(frame), gram, k=k, L=L, R=R, plan=plan, chokepoint=cp, rng=rng, norm_bound=norm_bound,
+                mode=mode, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit))
+        finally:
+            frame.unpersist()
+
+    privacy = {
+        "sensitivity": {"second_moment": plan.sensitivity,
+                        "power_passes": "sqrt(L)*B_y^3 per row, B_y = ||W||_op * B from the released M2"},
+        "noise": "gaussian", "second_moment_sigma": plan.sigma, "norm_bound": norm_bound,
+        "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit, "whiten": True,
+    }
+    return _private_release(session, plan, release_id, request, extra, mechanism, compute, noise, privacy,
+                            neighbors, epsilon, delta, config_sha256)
+
+
 def _private_release(session, plan, release_id, request, extra, mechanism, compute, noise, privacy, neighbors,
                      epsilon, delta, config_sha256) -> Release:
     privacy = {
         "epsilon": epsilon, "delta": delta, "neighbors": neighbors, **privacy,
         "calibration": plan.calibration if plan.calibration == "paper" else "exact (Balle & Wang 2018)",
         "noise_multiplier": plan.noise_multiplier, "releases": plan.releases, "composition": plan.composition,
-        "composition_note": ("each row is used in exactly one pass: the passes compose in parallel and the "
-                             "release costs one pass" if plan.composition == "parallel" else
+        "composition_note": ("each row is used in exactly one power pass: the passes compose in parallel"
+                             + (" (after the second moment, sequentially)" if plan.releases == 2 and
+                                plan.details.get("second_moment_sensitivity") else "")
+                             if plan.composition == "parallel" else
                              "the releases compose sequentially (exact Gaussian composition)"),
         "epsilon_exact_accounting": compose_epsilon(plan.events, delta),
         **{f"calibration_{k}": v for k, v in plan.details.items()},
@@ -294,7 +369,7 @@ def _private_release(session, plan, release_id, request, extra, mechanism, compu
     )
 
 
-def _public_release(session, release_id, request, extra, mechanism, run, config_sha256) -> Release:
+def _public_release(session, release_id, request, extra, mechanism, run, config_sha256, payload=_payload) -> Release:
     """A non-private release (public data, tests): nothing is charged; the manifest says so."""
     import uuid
     from datetime import UTC, datetime
@@ -318,7 +393,7 @@ def _public_release(session, release_id, request, extra, mechanism, run, config_
         return rel
     log.warning("tensor_decomposition: mechanism %r is NOT differentially private; use it on public data only",
                 mechanism)
-    arrays = _payload(run())
+    arrays = payload(run())
     manifest = {
         "schema_version": MANIFEST_SCHEMA_VERSION, "release_id": rid, "dataset_id": session.dataset_id,
         "task": "tensor_decomposition", "mechanism": mechanism, **extra,
