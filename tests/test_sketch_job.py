@@ -156,7 +156,11 @@ def _charges(tmp_path):
     ("private_count_sketch", {"params": {"repetitions": 0, "buckets": 8}}, "params.repetitions"),
     ("private_count_sketch", {"params": {"repetitions": 3, "buckets": 0}}, "params.buckets"),
     ("count_mean", {"params": {"repetitions": 3, "buckets": 1}}, "'buckets'"),
-    ("private_count_sketch", {"params": {"heavy_hitters": {"levels": 20}}}, "levels"),
+    ("private_count_sketch", {"params": {"heavy_hitters": {"levels": 20, "candidates": "x.txt"}}}, "not both"),
+    ("private_count_sketch", {"dataset.unit_clipping": "l1", "params": {"heavy_hitters": {"levels": 8}}}, "needs integer items"),
+    ("private_count_sketch", {"params": {"heavy_hitters": {"levels": 8}}}, "unit_clipping 'l1'"),
+    ("count_min", {"dataset.columns": ["query_id"], "params": {"heavy_hitters": {"levels": 8}}}, "levels"),
+    ("private_count_sketch", {"params": {"heavy_hitters": {"levels": 63}}}, "levels"),
     ("private_count_sketch", {"params": {"heavy_hitters": {"topp": 2}}}, "heavy_hitters.topp"),
     ("private_count_sketch", {"params": {"domain": 10}}, "'domain'"),
     ("histogram", {"params": {}}, "'domain'"),
@@ -202,3 +206,22 @@ def test_api_bad_requests(spark, tmp_path, data):
     with pytest.raises(SchemaError, match="domain"):
         count_sketch(sess, df, "query", mechanism="histogram", domain=10, epsilon=1.0, delta=1e-6)
     assert sess.budget() is None and not os.path.exists(tmp_path / "out")
+
+
+def test_dyadic_heavy_hitters_without_candidates(spark, tmp_path, data, capsys):
+    path, cfg = _conf(tmp_path, data, "dyadic")
+    assert cli_main(["release", path]) == 0
+    rel = spark_dp.load_release(json.loads(capsys.readouterr().out)["path"])
+    m = rel.manifest
+    assert rel["dyadic_sketch"].shape == (8, 5, 512) and rel["dyadic_seeds"].shape == (8, 5, 2)
+    assert m["privacy"]["sensitivity"] == pytest.approx(np.sqrt(9 * 5))
+    t = pq.read_table(data[0]).to_pandas()
+    counts = np.bincount(t["query_id"].to_numpy()[t["query_id"].to_numpy() < 512], minlength=512)
+    found = [r["item"] for r in m["heavy_hitters"]["items"]]
+    thr = m["heavy_hitters"]["threshold"]
+    clear = [i for i in np.argsort(-counts)[:10] if counts[i] >= 2 * thr]  # well above the threshold
+    assert clear and set(clear) <= set(found)  # recall 1 on the clear heavy hitters
+    assert all(counts[i] >= thr / 2 for i in found)  # no item far below the threshold
+    assert cli_main(["heavy-hitters", rel.path, "--top", "3"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[1].split(",")[0] == str(int(np.argmax(counts)))

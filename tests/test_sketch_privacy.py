@@ -166,3 +166,22 @@ def test_black_box_count_min_one_counter(spark):
     assert empirical_epsilon(x0, x1, 0.0) < EPS
     x0, x1 = _projections(HalvedSampler(), plan, c0, c1, 300_000)
     assert empirical_epsilon(x0, x1, 0.0) > EPS
+
+
+@pytest.mark.parametrize("sampler, scale", [(NumpySampler(), 1.0), (HalvedSampler(), 0.5)], ids=["numpy", "halved"])
+def test_white_box_dyadic_stack(tmp_path, sampler, scale):
+    """The (L, k, b) dyadic stack is one Gaussian release with σ = z·√(L·k)·m."""
+    from spark_dp.sketch import private_count_sketch
+    from spark_dp.sketch.dyadic import plan_dyadic
+
+    L, k, b, m = 4, 3, 20, 2
+    plan = plan_dyadic(epsilon=EPS, delta=DELTA, repetitions=k, levels=L, max_items_per_unit=m)
+    cp = Chokepoint(open_ledger(f"sqlite:///{tmp_path}/a.db"), dataset_id="audit", release_id="dy", request_sha256="x",
+                    sampler=sampler, limit=Budget(100.0, 1e-5))
+    cp.charge(plan.events, plan.budget)
+    noise = private_count_sketch(np.zeros((L, k, b)), chokepoint=cp, sigma=plan.scale, sensitivity=plan.sensitivity)
+    sigma = Z * math.sqrt(L * k) * m
+    if scale == 1.0:
+        assert chi2_variance_pvalue(noise, sigma) > 1e-6 and chi2_variance_pvalue(noise, sigma / 2) < 1e-6
+    else:
+        assert chi2_variance_pvalue(noise, sigma) < 1e-6

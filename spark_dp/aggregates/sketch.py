@@ -315,3 +315,61 @@ def sketch_lookup(
     sk = spark.createDataFrame(table.to_pandas())
     joined = exploded.join(F.broadcast(sk), on=["rep", "bucket"], how="inner")
     return joined.select("item", "rep", (F.col("sign") * F.col("counter")).alias("value"))
+
+
+def dyadic_tables(
+    df: DataFrame,
+    column: str,
+    *,
+    seeds: Sequence[Sequence[int]],
+    buckets: int,
+    levels: int,
+    weight: str | None = None,
+    nulls: str = "drop",
+    nonfinite: str = "drop",
+    privacy_unit: str | None = None,
+    max_items_per_unit: int = 1,
+) -> np.ndarray:
+    """Exact CountSketches of the dyadic prefixes of integer items, in one pass.
+
+    Items must be integers in [0, 2^L) (L = ``levels``); others (and nulls)
+    are not counted — the domain is public. Level ℓ = 1…L sketches the prefix
+    x >> (L − ℓ) with its own seeds ``seeds[ℓ−1]`` (level L is the items).
+    Rows are bounded per unit once and then expanded over all (level, rep).
+
+    Returns:
+        float64 array of shape (L, k, b).
+    """
+    if levels < 1 or levels > 62:
+        raise ConfigError(f"The 'levels' parameter must be an int in the range [1, 62]. Got {levels!r} instead.")
+    if len(seeds) != levels:
+        raise ConfigError(f"Need one list of seeds per level ({levels}); got {len(seeds)}.")
+    k = len(seeds[0])
+    for level_seeds in seeds:
+        _check_shape(level_seeds, buckets)
+    rows, kind = prepare_items(
+        df, column, weight=weight, nulls="drop", nonfinite=nonfinite,
+        privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit,
+    )
+    if kind != "long":
+        raise SchemaError(f"Column {column!r} holds strings; dyadic heavy hitters need integer items in [0, 2^levels).")
+    keys = [ITEM] if privacy_unit is None else [UNIT, ITEM]
+    rows = rows.where((F.col(ITEM) >= 0) & (F.col(ITEM) < F.lit(1 << levels).cast("long")))
+    rows = rows.groupBy(*keys).agg(F.sum(WEIGHT).alias(WEIGHT))
+    w = F.col(WEIGHT)
+    structs = []
+    for lvl in range(1, levels + 1):
+        prefix = F.shiftright(F.col(ITEM), levels - lvl)
+        for i, seed in enumerate(seeds[lvl - 1]):
+            structs.append(F.struct(
+                F.lit(lvl - 1).alias("level"), F.lit(i).alias("rep"),
+                bucket_column(prefix, seed, buckets).alias("bucket"), (w * sign_column(prefix, seed)).alias("v"),
+            ))
+    exploded = rows.select(F.explode(F.array(*structs)).alias("__sk_e")).select("__sk_e.*")
+    table = exploded.groupBy("level", "rep", "bucket").agg(F.sum("v").alias("v")).toArrow()
+    out = np.zeros((levels, k, int(buckets)), dtype=np.float64)
+    if table.num_rows:
+        out[table.column("level").to_numpy(), table.column("rep").to_numpy(), table.column("bucket").to_numpy()] = (
+            table.column("v").to_numpy()
+        )
+    return out

@@ -13,8 +13,9 @@ Config contract::
              domain: null}            # histogram: a list of items or an int d
 
 ``heavy_hitters.candidates`` is a path: a ``.txt`` file (one item a line) or
-a dataset in ``dataset.format`` holding the item column. ``levels`` (dyadic
-heavy hitters without candidates) is not implemented yet and must be null.
+a dataset in ``dataset.format`` holding the item column. ``levels`` = L asks
+for dyadic heavy hitters without candidates over integer items in [0, 2^L)
+(:mod:`spark_dp.sketch.dyadic`).
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def _check_hh(key: str, value: Any) -> dict:
     if out.get("candidates") is not None:
         out["candidates"] = V.check_str(f"{key}.candidates", out["candidates"], owner=OWNER)
     if out.get("levels") is not None:
-        raise ConfigError(f"The '{key}.levels' parameter of {OWNER} (dyadic heavy hitters) is not supported yet; "
-                          "give 'candidates' instead.")
+        out["levels"] = V.check_int(f"{key}.levels", out["levels"], owner=OWNER, low=1, high=62)
+        if out.get("candidates") is not None:
+            raise ConfigError(f"Give either '{key}.candidates' or '{key}.levels' in the config, not both.")
     return out
 
 
@@ -72,6 +74,10 @@ def _check(config) -> None:
         max_items_per_unit=m, unit_clipping=clip, unit_l2_bound=C, privacy_unit=config.dataset.privacy_unit,
         domain=p.get("domain"), owner=OWNER,
     )
+    levels = (p.get("heavy_hitters") or {}).get("levels")
+    if levels is not None and (config.mechanism != "private_count_sketch" or clip != "l1"):
+        raise ConfigError("The 'params.heavy_hitters.levels' parameter (dyadic heavy hitters) needs mechanism "
+                          "'private_count_sketch' and dataset.unit_clipping 'l1'.")
     cand = (p.get("heavy_hitters") or {}).get("candidates")
     if cand is not None and not os.path.exists(cand) and "://" not in cand:
         raise ConfigError(f"The 'params.heavy_hitters.candidates' path {cand!r} does not exist.")
@@ -82,6 +88,12 @@ def _plan(config):
     if clip == "sketch_l2" and C is None:
         C = m**0.5
     k = 1 if config.mechanism == "histogram" else config.params.get("repetitions", 15)
+    levels = (config.params.get("heavy_hitters") or {}).get("levels")
+    if levels is not None:
+        from spark_dp.sketch.dyadic import plan_dyadic
+
+        return plan_dyadic(epsilon=config.privacy.epsilon, delta=config.privacy.delta, repetitions=k, levels=levels,
+                           max_items_per_unit=m).events
     return plan_sketch(config.mechanism, epsilon=config.privacy.epsilon, delta=config.privacy.delta,
                        repetitions=k, max_items_per_unit=m, unit_l2_bound=C).events
 
@@ -120,7 +132,7 @@ def _run(session, config, spark):
         max_items_per_unit=m, unit_clipping=clip, unit_l2_bound=C,
         nulls=config.dataset.extra.get("nulls", "item"), nonfinite=config.dataset.nonfinite,
         domain=config.params.get("domain"), top=hh.get("top") or 50, threshold=hh.get("threshold"),
-        candidates=candidates, candidate_column=cand_col,
+        candidates=candidates, candidate_column=cand_col, levels=hh.get("levels"),
         release_id=config.release_id, config_sha256=config.sha256,
     )
 

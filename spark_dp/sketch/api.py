@@ -13,7 +13,14 @@ from spark_dp import _validation as V
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Chokepoint
 from spark_dp.release import Release
-from spark_dp.sketch.count_sketch import DEFAULT_ESTIMATOR, MECHANISMS, SIGNED, plan_sketch, release_table
+from spark_dp.sketch.count_sketch import (
+    DEFAULT_ESTIMATOR,
+    MECHANISMS,
+    SIGNED,
+    plan_sketch,
+    private_count_sketch,
+    release_table,
+)
 from spark_dp.sketch.estimate import seeds_to_payload
 from spark_dp.sketch.hashing import MASK, SIGN_SALT, to_signed
 
@@ -133,6 +140,7 @@ def count_sketch(
     seeds: Sequence[int] | Release | None = None,
     candidates: DataFrame | Sequence[Any] | None = None,
     candidate_column: str | None = None,
+    levels: int | None = None,
     release_id: str | None = None,
     config_sha256: str | None = None,
 ) -> Release:
@@ -171,6 +179,13 @@ def count_sketch(
             ``candidate_column``, or a list): the release's manifest then lists
             the top-``top`` candidates whose estimate is ≥ ``threshold``
             (post-processing; candidates must not be chosen from the data).
+        levels: L, for heavy hitters without candidates over integer items
+            in [0, 2^L): also release Private CountSketches of the dyadic
+            prefixes (arrays ``dyadic_sketch`` (L−1, k, b) and
+            ``dyadic_seeds`` (L−1, k, 2)); Δ₂ = √(L·k)·m for the whole stack;
+            the manifest lists the heavy hitters found by descending it
+            (see :mod:`spark_dp.sketch.dyadic`). Items outside [0, 2^L) and
+            null items are not counted.
         release_id: idempotency key (a release id seen before returns the
             stored release: no new noise, no new charge).
         config_sha256: the job config's digest, recorded in the manifest.
@@ -192,6 +207,11 @@ def count_sketch(
     )
     V.check_option("nulls", nulls, NULL_ITEMS, owner=owner)
     V.check_option("nonfinite", nonfinite, WEIGHT_NONFINITE, owner=owner)
+    if levels is not None:
+        levels = V.check_int("levels", levels, owner=owner, low=1, high=62)
+        if mechanism != "private_count_sketch" or unit_clipping != "l1" or seeds is not None or candidates is not None:
+            raise ConfigError(f"The 'levels' parameter of {owner} (dyadic heavy hitters) needs mechanism "
+                              "'private_count_sketch', unit_clipping 'l1', fresh seeds and no candidates.")
     top = V.check_int("top", top, owner=owner, low=1)
     if threshold is not None:
         threshold = V.check_real("threshold", threshold, owner=owner)
@@ -227,16 +247,28 @@ def count_sketch(
         if isinstance(domain, list) and (kind == "string") != isinstance(domain[0], str):
             raise SchemaError(f"The 'domain' items are not of the type of column {column!r} ({kind}).")
         k = 1
+    if levels is not None and kind != "long":
+        raise SchemaError(f"Column {column!r} holds strings; the 'levels' parameter (dyadic heavy hitters) needs "
+                          "integer items in [0, 2^levels).")
 
-    plan = plan_sketch(mechanism, epsilon=epsilon, delta=delta, repetitions=k,
-                       max_items_per_unit=max_items_per_unit, unit_l2_bound=C)
+    if levels is None:
+        plan = plan_sketch(mechanism, epsilon=epsilon, delta=delta, repetitions=k,
+                           max_items_per_unit=max_items_per_unit, unit_l2_bound=C)
+    else:
+        from spark_dp.sketch.dyadic import plan_dyadic
+
+        plan = plan_dyadic(epsilon=epsilon, delta=delta, repetitions=k, levels=levels,
+                           max_items_per_unit=max_items_per_unit)
     if threshold is None:
         threshold = 3.0 * plan.counter_std
     # Hash seeds: fresh OS entropy from the session's sampler (privacy does not depend on them).
     given_seeds = seeds
     seeds = _seeds(seeds, k, mechanism, session)
+    level_seeds = None
+    if levels is not None:  # level L (the items) uses `seeds`; levels 1…L−1 get their own
+        level_seeds = [_seeds(None, k, mechanism, session) for _ in range(levels - 1)] + [seeds]
     params = {"repetitions": k, "buckets": b if mechanism != "histogram" else None,
-              "heavy_hitters": {"top": top, "threshold": threshold}}
+              "heavy_hitters": {"top": top, "threshold": threshold, "levels": levels}}
     request = {
         "dataset_id": session.dataset_id, "task": "count_sketch", "mechanism": mechanism, "column": column,
         "params": params, "epsilon": epsilon, "delta": delta, "weight": weight, "privacy_unit": privacy_unit,
@@ -253,11 +285,28 @@ def count_sketch(
                       max_items_per_unit=max_items_per_unit)
         if mechanism == "histogram":
             return histogram_table(df, column, domain=domain, **common)
+        if levels is not None:
+            from spark_dp.aggregates.sketch import dyadic_tables
+
+            common.pop("nulls")
+            return dyadic_tables(df, column, seeds=level_seeds, buckets=b, levels=levels, **common)
         return sketch_table(df, column, seeds=seeds, buckets=b, signed=SIGNED[mechanism], unit_l2_bound=C, **common)
 
     hh_info: dict[str, Any] = {"top": top, "threshold": threshold}
 
     def noise(table: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
+        if levels is not None:
+            from spark_dp.sketch.dyadic import dyadic_heavy_hitters
+
+            # one Gaussian release of the whole (L, k, b) stack: Δ₂ = √(L·k)·m
+            stack = private_count_sketch(table, chokepoint=cp, sigma=plan.scale, sensitivity=plan.sensitivity)
+            arrays = {"sketch": stack[-1], "seeds": seeds_to_payload(seeds)}
+            if levels > 1:
+                arrays["dyadic_sketch"] = stack[:-1]
+                arrays["dyadic_seeds"] = np.stack([seeds_to_payload(x) for x in level_seeds[:-1]])
+            found = dyadic_heavy_hitters(stack, level_seeds, top=top, threshold=threshold)
+            hh_info["items"] = [{"item": x, "estimate": v} for x, v in found]
+            return arrays
         noisy = release_table(plan, table, cp)
         arrays = {"histogram": noisy} if mechanism == "histogram" else {"sketch": noisy, "seeds": seeds_to_payload(seeds)}
         if candidates is not None:
@@ -276,7 +325,7 @@ def count_sketch(
         "noise": plan.noise, "noise_sigma" if plan.noise == "gaussian" else "noise_scale": plan.scale,
         "calibration": "exact (Balle & Wang 2018)" if plan.noise == "gaussian" else "Laplace b = sensitivity/epsilon",
         "privacy_unit": privacy_unit or "row", "max_items_per_unit": max_items_per_unit,
-        "unit_clipping": unit_clipping, "unit_l2_bound": C,
+        "unit_clipping": unit_clipping, "unit_l2_bound": C, "levels": levels,
     }
     sketch_info = {
         "item_kind": kind, "repetitions": k, "buckets": b if mechanism != "histogram" else None,
@@ -286,6 +335,10 @@ def count_sketch(
         sketch_info["domain"] = domain
     else:
         sketch_info.update(hash=HASH_FAMILY, seeds=[str(s) for s in seeds], seeds_payload=SEEDS_PAYLOAD)
+    if levels is not None:
+        sketch_info.update(levels=levels, dyadic=(
+            "dyadic_sketch[l-1] sketches the prefixes x >> (L - l) of level l = 1..L-1 with seeds dyadic_seeds[l-1] "
+            "(same halves layout); sketch/seeds are level L; items outside [0, 2^L) and nulls not counted"))
     policies = {
         "nulls": "a null item is an item of its own" if nulls == "item" else "rows with a null item are dropped",
         "weights": f"clipped to [-1, 1] per row; non-finite weights: {nonfinite}" if weight else "each row counts 1",

@@ -53,6 +53,8 @@ def merge_sketches(
         for key in ("item_kind", "repetitions", "buckets", "signed", "domain"):
             if m["sketch"].get(key) != first["sketch"].get(key):
                 raise ConfigError(f"Releases differ in sketch {key!r}; cannot merge.")
+        if "dyadic_sketch" in p.arrays:
+            raise ConfigError(f"Release {p.release_id!r} holds a dyadic hierarchy; merging those is not supported.")
         if set(p.arrays) != set(parts[0].arrays):
             raise ConfigError("Releases hold different arrays; cannot merge.")
         if "seeds" in p.arrays and not np.array_equal(p["seeds"], parts[0]["seeds"]):
