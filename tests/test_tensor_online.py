@@ -103,3 +103,23 @@ def test_api_online_fresh_and_private_rows(spark, tmp_path, ledger_uri):
     assert 40.0 < session.budget().spent_epsilon <= 50.0  # one pass's Gaussian, exact accounting
     assert rel["eigenvectors"].shape == (1, D) and rel["eigenvalues"].shape == (1,)
     assert np.max(np.abs(V @ rel["eigenvectors"][0])) > 0.95  # the top component, noisy
+
+
+def test_driver_memory_is_linear_in_d_at_d2000(spark):
+    """d = 2000: a d×d matrix is 32 MB and the tensor 64 GB; the driver holds O(d(k+L)) doubles."""
+    import tracemalloc
+
+    d, n = 2000, 200
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(n, d)) / np.sqrt(d)
+    df = spark.createDataFrame(pd.DataFrame({"x": list(X)}))
+    frame, _ = prepare_rows(df, ["x"], dimension=d)
+    frame.count()  # materialise the cache outside the measurement
+    moments = lambda U, p: third_moment_sums(frame, U, norm_bound=1.0)  # noqa: E731
+    tracemalloc.start()
+    dec = online_tensor_power_method(moments, d=d, k=2, L=4, R=1, rng=np.random.default_rng(9))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    frame.unpersist()
+    assert dec.eigenvectors.shape == (2, d)
+    assert peak < 0.1 * d * d * 8, peak  # far below one d×d matrix (32 MB)
