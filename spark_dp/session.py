@@ -99,6 +99,30 @@ class DPSession:
 
         return second_moment(self, df, columns, **kwargs)
 
+    def linear_regression(self, df: DataFrame, columns: Sequence[str], label: str, **kwargs: Any) -> Release:
+        """Private OLS/ridge coefficients; see :func:`spark_dp.second_moment.api.linear_regression`."""
+        from spark_dp.second_moment.api import linear_regression
+
+        return linear_regression(self, df, columns, label, **kwargs)
+
+    def pca(self, df: DataFrame, columns: Sequence[str], k: int, **kwargs: Any) -> Release:
+        """Private top-k principal components; see :func:`spark_dp.second_moment.api.pca`."""
+        from spark_dp.second_moment.api import pca
+
+        return pca(self, df, columns, k, **kwargs)
+
+    def count_sketch(self, df: DataFrame, column: str, **kwargs: Any) -> Release:
+        """A private CountSketch (or baseline sketch); see :func:`spark_dp.sketch.api.count_sketch`."""
+        from spark_dp.sketch.api import count_sketch
+
+        return count_sketch(self, df, column, **kwargs)
+
+    def tensor_decomposition(self, data: Any, **kwargs: Any) -> Release:
+        """A (private) symmetric tensor decomposition; see :func:`spark_dp.tensor.api.tensor_decomposition`."""
+        from spark_dp.tensor.api import tensor_decomposition
+
+        return tensor_decomposition(self, data, **kwargs)
+
     # -- the one release path -------------------------------------------------
     def run_release(
         self,
