@@ -19,7 +19,7 @@ def spark():
     os.environ.pop("SPARK_REMOTE", None)
     session = get_spark(
         "spark-dp-tests",
-        master="local[2]",
+        master="local[2,2]",  # 2 cores; a failed task is retried once, as on a cluster
         conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"},
     )
     yield session
