@@ -4,8 +4,10 @@ Wang & Anandkumar, "Online and Differentially-Private Tensor Decomposition",
 NIPS 2016: Alg. 1 (:func:`robust_tensor_power_method`), Alg. 2
 (:func:`online_tensor_power_method`), Alg. 3
 (:func:`private_tensor_power_method`), the private method over rows
-(:func:`private_online_power_method`) and the input-perturbation baseline
-(:func:`input_perturbation`).
+(:func:`private_online_power_method`), the input-perturbation baseline
+(:func:`input_perturbation`), and whitening for non-orthogonal components
+(:mod:`spark_dp.tensor.whiten`). The session-level entry point is
+:func:`spark_dp.tensor.api.tensor_decomposition`.
 """
 
 from spark_dp.tensor.input_perturbation import input_perturbation, input_perturbation_plan
@@ -20,12 +22,19 @@ from spark_dp.tensor.private import (
     rows_plan,
     tensor_entry_plan,
 )
+from spark_dp.tensor.whiten import (
+    WhitenedDecomposition,
+    private_whitened_power_method,
+    whitened_online_power_method,
+    whitened_rows_plan,
+)
 
 __all__ = [
     "CALIBRATIONS",
     "MODES",
     "PrivatePlan",
     "TensorDecomposition",
+    "WhitenedDecomposition",
     "input_perturbation",
     "input_perturbation_plan",
     "online_tensor_power_method",
@@ -34,4 +43,7 @@ __all__ = [
     "robust_tensor_power_method",
     "rows_plan",
     "tensor_entry_plan",
+    "private_whitened_power_method",
+    "whitened_online_power_method",
+    "whitened_rows_plan",
 ]
