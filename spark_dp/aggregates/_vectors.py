@@ -43,6 +43,12 @@ def vectorize(
 ) -> tuple[DataFrame, int]:
     """Returns ``(frame, d)``: a frame of one ``array<double>`` column of length d.
 
+    Every row of the frame is a non-null array of exactly d doubles: nulls,
+    null arrays and arrays of the wrong length become NaN (see the module
+    docstring). The kernels use :func:`vector_frame` instead, which leaves
+    that normalisation to the executors' numpy code (cheaper than a JVM
+    projection); both give the same rows to the non-finite policy.
+
     Args:
         df: the input.
         columns: several numeric columns, or one array/ML-vector column.
@@ -53,17 +59,46 @@ def vectorize(
             random. Rows with a null unit form one unit together.
         max_rows_per_unit: the contribution bound m.
     """
+    frame, d = vector_frame(
+        df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit
+    )
+    arr = F.col(VECTOR_COL)
+    elements = F.transform(arr, lambda v: F.coalesce(v, F.lit(float("nan"))))
+    nan_row = F.array_repeat(F.lit(float("nan")), d)
+    x = F.when(arr.isNotNull() & (F.size(arr) == d), elements).otherwise(nan_row)
+    return frame.select(x.alias(VECTOR_COL)), d
+
+
+def vector_frame(
+    df: DataFrame,
+    columns: Sequence[str],
+    *,
+    dimension: int | None = None,
+    privacy_unit: str | None = None,
+    max_rows_per_unit: int = 1,
+) -> tuple[DataFrame, int]:
+    """Like :func:`vectorize`, without the JVM-side normalisation of bad rows.
+
+    Returns ``(frame, d)``: one array column (``array<double>``) whose rows
+    may be null, hold null elements or have a length other than d. The
+    executors' :func:`~spark_dp.aggregates._blocks.list_to_block` turns such
+    rows into NaN rows, which the non-finite policy then drops or zeroes.
+    Skipping ``when(size(x) = d, …)`` and per-element ``coalesce`` in the JVM
+    saves a projection that copies every array.
+
+    Schema problems raise here, before any Spark job.
+    """
     if isinstance(columns, str) or not columns:
         raise ConfigError(f"The 'columns' parameter must be a non-empty list of column names. Got {columns!r} instead.")
     fields = [_field(df, c) for c in columns]
-    if len(fields) == 1 and isinstance(fields[0].dataType, T.ArrayType | T.StructType) or (
-        len(fields) == 1 and _is_vector_udt(fields[0].dataType)
-    ):
+    if len(fields) == 1 and (isinstance(fields[0].dataType, T.ArrayType | T.StructType) or _is_vector_udt(fields[0].dataType)):
         f = fields[0]
         if _is_vector_udt(f.dataType):
             from pyspark.ml.functions import vector_to_array
 
             arr: Column = vector_to_array(F.col(f.name), dtype="float64")
+        elif isinstance(f.dataType, T.ArrayType) and isinstance(f.dataType.elementType, T.DoubleType):
+            arr = F.col(f.name)
         elif isinstance(f.dataType, T.ArrayType) and isinstance(f.dataType.elementType, _NUMERIC):
             arr = F.col(f.name).cast(T.ArrayType(T.DoubleType()))
         else:
@@ -71,16 +106,7 @@ def vectorize(
                 f"Column {f.name!r} has type {f.dataType.simpleString()}; expected a numeric column, "
                 "an array of numbers or an ML vector."
             )
-        if dimension is None:
-            raise ConfigError(
-                f"The 'dimension' parameter is required for the array/vector column {f.name!r} "
-                "(the vector length d; it is public and must not be read from the data)."
-            )
-        d = int(dimension)
-        if d < 1:
-            raise ConfigError(f"The 'dimension' parameter must be an int in the range [1, inf). Got {dimension!r} instead.")
-        nan_row = F.array_repeat(F.lit(float("nan")), d)
-        x = F.when(F.size(arr) == d, arr).otherwise(nan_row)
+        d = _check_dimension(dimension, f.name)
     else:
         for f in fields:
             if not isinstance(f.dataType, _NUMERIC):
@@ -92,7 +118,7 @@ def vectorize(
                 f"The 'dimension' parameter ({dimension}) does not match the {len(fields)} columns given."
             )
         d = len(fields)
-        x = F.array(*[F.coalesce(F.col(f.name).cast("double"), F.lit(float("nan"))) for f in fields])
+        arr = F.array(*[F.col(f.name).cast("double") for f in fields])
 
     if privacy_unit is not None:
         _field(df, privacy_unit)
@@ -104,7 +130,19 @@ def vectorize(
         # (the seed is fresh OS entropy: the choice must not be predictable).
         w = Window.partitionBy(F.col(privacy_unit)).orderBy(F.rand(secrets.randbits(63)))
         df = df.withColumn("__spark_dp_rank", F.row_number().over(w)).where(F.col("__spark_dp_rank") <= max_rows_per_unit)
-    return df.select(x.alias(VECTOR_COL)), d
+    return df.select(arr.alias(VECTOR_COL)), d
+
+
+def _check_dimension(dimension: int | None, name: str) -> int:
+    if dimension is None:
+        raise ConfigError(
+            f"The 'dimension' parameter is required for the array/vector column {name!r} "
+            "(the vector length d; it is public and must not be read from the data)."
+        )
+    d = int(dimension)
+    if d < 1:
+        raise ConfigError(f"The 'dimension' parameter must be an int in the range [1, inf). Got {dimension!r} instead.")
+    return d
 
 
 def check_nonfinite(policy: str) -> str:
