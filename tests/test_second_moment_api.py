@@ -93,6 +93,14 @@ def test_jl_projection_equals_numpy_and_ignores_partitioning(spark, data):
     assert not np.allclose(jl_projection(dup, COLS, r=9, key=key + 1, norm_bound=1.0), ref)
 
 
+def test_jl_projection_drops_nonfinite_rows(spark, data):
+    df, _ = data
+    bad = spark.createDataFrame(pd.DataFrame({"x1": [float("nan"), 0.3], "x2": [0.1, float("inf")], "x3": [0.2, 0.1],
+                                              "y": [0.0, 0.0], "name": ["a", "b"]}))
+    with_bad = jl_projection(df.union(bad), COLS, r=6, key=99, norm_bound=1.0)
+    assert np.allclose(with_bad, jl_projection(df, COLS, r=6, key=99, norm_bound=1.0), atol=1e-12)
+
+
 def test_jl_projection_of_empty_input_is_zero(spark, data):
     df, _ = data
     assert np.array_equal(jl_projection(df.limit(0), COLS, r=5, key=1, norm_bound=1.0), np.zeros((5, 3)))
@@ -103,7 +111,8 @@ def test_every_mechanism_releases_once(data, tmp_path, mechanism):
     df, A = data
     s = _session(tmp_path, NumpySampler())
     kw = dict(epsilon=1.0, delta=1e-6, norm_bound=1.0, mechanism=mechanism, release_id=f"r-{mechanism}")
-    rel = api.linear_regression(s, df, COLS, "y", projection_rows=40 if mechanism == "jl_ridge" else None, **kw)
+    rows = 40 if mechanism == "jl_ridge" else None
+    rel = api.linear_regression(s, df, COLS, "y", projection_rows=rows, **kw)
     assert rel["coefficients"].shape == (3,) and rel["matrix"].shape == (4, 4)
     assert np.all(np.isfinite(rel["coefficients"]))
     pv = rel.privacy
@@ -111,7 +120,7 @@ def test_every_mechanism_releases_once(data, tmp_path, mechanism):
     if mechanism != "analyze_gauss":
         assert pv["events"][0]["type"] == "epsilon_delta" and pv["events"][0]["mechanism"] == mechanism
         assert np.all(np.linalg.eigvalsh(rel["matrix"]) > 0)  # PD without post-processing
-    again = api.linear_regression(s, df, COLS, "y", projection_rows=40 if mechanism == "jl_ridge" else None, **kw)
+    again = api.linear_regression(s, df, COLS, "y", projection_rows=rows, **kw)
     assert again.reused and np.array_equal(again["coefficients"], rel["coefficients"])
     assert _charged(s) == 1
 
@@ -141,6 +150,9 @@ BAD = [
     ("unknown mechanism", dict(mechanism="laplace"), ConfigError, "mechanism"),
     ("negative ridge", dict(ridge=-1.0), ConfigError, "ridge"),
     ("bad postprocess", dict(postprocess="clip"), ConfigError, "postprocess"),
+    ("dof for analyze_gauss", dict(dof=500), ConfigError, "dof"),
+    ("projection_rows for wishart", dict(mechanism="wishart", projection_rows=500), ConfigError, "projection_rows"),
+    ("postprocess with adassp", dict(mechanism="adassp", postprocess="psd"), ConfigError, "postprocess"),
 ]
 
 

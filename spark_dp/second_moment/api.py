@@ -87,6 +87,10 @@ def plan_mechanism(
     V.check_option("calibration", calibration, CALIBRATIONS, owner=owner)
     if calibration == "paper" and mechanism != "jl_ridge":
         raise ConfigError(f"The 'calibration' parameter of {owner} may be 'paper' only for mechanism 'jl_ridge'. Got {calibration!r} for {mechanism!r}.")
+    if projection_rows is not None and mechanism != "jl_ridge":
+        raise ConfigError(f"The 'projection_rows' parameter of {owner} applies to mechanism 'jl_ridge' only. Got {projection_rows} for {mechanism!r}.")
+    if dof is not None and mechanism not in ("wishart", "inverse_wishart"):
+        raise ConfigError(f"The 'dof' parameter of {owner} applies to mechanisms 'wishart' and 'inverse_wishart' only. Got {dof} for {mechanism!r}.")
     if mechanism not in ("analyze_gauss", "adassp") and max_rows_per_unit != 1:
         raise ConfigError(
             f"The 'max_rows_per_unit' parameter of {owner} must be 1 for mechanism {mechanism!r} "
@@ -105,6 +109,9 @@ def plan_mechanism(
                    "noise": "gaussian", "noise_sigma": sigma, "calibration": "exact (Balle & Wang 2018)"}
         return MechanismPlan(mechanism, [event], privacy, {"postprocess": postprocess}, noise)
     if mechanism == "adassp":
+        if postprocess != "none":
+            raise ConfigError(f"The 'postprocess' parameter of {owner} must be 'none' for mechanism 'adassp' "
+                              f"(it releases no second-moment matrix to post-process). Got {postprocess!r} instead.")
         plan = adassp_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors)
         privacy = {**base, "noise": "gaussian x3 (lambda_min, X^T X, X^T y)", "noise_sigma": list(plan.sigmas),
                    "sensitivity": list(plan.sensitivities),
