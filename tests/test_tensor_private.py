@@ -195,6 +195,13 @@ def test_white_box_rows_batches(tmp_path, mode, calibration):
     assert chi2_variance_pvalue(np.concatenate(halved.noise), sigma) < 1e-6
 
 
+def test_input_perturbation_paper_is_the_classic_mechanism():
+    plan = input_perturbation_plan(epsilon=0.5, delta=DELTA, calibration="paper", entry_scale=2.0)
+    assert plan.sigma == pytest.approx(math.sqrt(2 * math.log(1.25 / DELTA)) / 0.5 * 2.0)
+    with pytest.raises(ConfigError, match="'epsilon'"):
+        input_perturbation_plan(epsilon=1.0, delta=DELTA, calibration="paper")
+
+
 def test_white_box_input_perturbation(tmp_path):
     d, c = 6, 0.7
     plan = input_perturbation_plan(epsilon=EPS, delta=DELTA, entry_scale=c)
@@ -270,3 +277,36 @@ def test_alg3_recovers_top_component_at_large_epsilon(tmp_path):
     dec = private_tensor_power_method(T, 3, L=8, R=15, nu=plan.nu, chokepoint=cp, rng=np.random.default_rng(7))
     assert np.linalg.norm(dec.eigenvectors[0] - V[0]) < 0.05
     assert abs(dec.eigenvalues[0] - lam[0]) < 0.05 * lam[0]
+
+
+# -- whitening: M2 and the whitened passes ---------------------------------------------
+@pytest.mark.parametrize("mode", ["fresh", "reuse"])
+def test_white_box_whitened_releases(tmp_path, mode):
+    """M2's noise has σ = z·B²; each whitened pass σ = z·√L·(‖W‖op·B)³ with W recomputed
+    here from the released M2 (independently of the code under test, by eigh)."""
+    from spark_dp.tensor import private_whitened_power_method, whitened_rows_plan
+
+    d, k, L, R, B = 14, 2, 8, 3, 1.2  # 105 draws for M2, 112 for the passes
+    releases = 1 + (1 if mode == "fresh" else k * (R + 1))
+    z = math.sqrt(releases) * dp_accounting.get_sigma_gaussian(EPS, DELTA)
+    plan = whitened_rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=B, mode=mode)
+    assert len(plan.events) == releases and plan.noise_multiplier == pytest.approx(z, rel=1e-6)
+    gram = np.diag(np.arange(1.0, d + 1)) * 50  # a well-conditioned exact M2
+    zeros = lambda U, p: (np.zeros((d, U.shape[1])), np.zeros(U.shape[1]), 0.0)  # noqa: E731
+    for sampler, ok in ((RecordingSampler(), True), (RecordingSampler(factor=0.5), False)):
+        cp = charged(tmp_path, plan.events, sampler, f"w{mode}{ok}")
+        private_whitened_power_method(zeros, gram, k=k, L=L, R=R, plan=plan, chokepoint=cp,
+                                      rng=np.random.default_rng(2), norm_bound=B, mode=mode)
+        assert cp.unused_events == []
+        m2_noise, passes = sampler.noise[0], sampler.noise[1:]
+        iu = np.triu_indices(d)
+        assert m2_noise.shape == (len(iu[0]),)
+        M2 = np.zeros((d, d))
+        M2[iu] = gram[iu] + m2_noise
+        M2 = M2 + np.triu(M2, 1).T
+        s = np.sort(np.linalg.eigvalsh(M2))[::-1][:k]
+        B_y = B / math.sqrt(s[-1])  # ‖W‖op = 1/√(k-th eigenvalue)
+        sigma_pass = z * math.sqrt(L) * B_y**3
+        assert [p.shape for p in passes] == ([(k * L,)] * R + [(L,)]) * k  # whitened: k×L batches
+        assert bool(chi2_variance_pvalue(m2_noise, z * B**2) > 1e-6) is ok
+        assert bool(chi2_variance_pvalue(np.concatenate(passes), sigma_pass) > 1e-6) is ok

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from spark_dp.errors import ConfigError
 from spark_dp.privacy import Chokepoint, GaussianEvent
+from spark_dp.privacy.calibration import paper_classic_gaussian_noise_multiplier
 from spark_dp.tensor.power_method import TensorDecomposition, check_counts, check_tensor, robust_tensor_power_method
 from spark_dp.tensor.private import PrivatePlan, calibrate
 
@@ -37,8 +39,20 @@ def unique_entries(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
 
 
 def input_perturbation_plan(*, epsilon: float, delta: float, calibration: str = "exact", entry_scale: float = 1.0) -> PrivatePlan:
-    """One Gaussian release of the scaled unique entries, L2 sensitivity c."""
-    z, details = calibrate(epsilon, delta, 1, calibration)
+    """One Gaussian release of the scaled unique entries, L2 sensitivity c.
+
+    ``exact``: z from the exact Gaussian profile. ``paper``: the classic
+    Gaussian mechanism at (ε, δ) itself, as the paper's Sec. 4 discussion
+    uses (σ = Ω(ε⁻¹√log(1/δ))); one release, so no composition (needs ε < 1).
+    """
+    if calibration == "paper":
+        if not 0 < epsilon < 1:
+            raise ConfigError(f"The 'epsilon' parameter ({epsilon:g}) must be below 1 under calibration='paper' "
+                              "(the classic Gaussian mechanism is not valid above); use calibration='exact'.")
+        z = paper_classic_gaussian_noise_multiplier(epsilon, delta)
+        details = {"releases": 1, "formula": "sqrt(2 ln(1.25/delta))/epsilon (Dwork & Roth 2014, Thm A.1)"}
+    else:
+        z, details = calibrate(epsilon, delta, 1, calibration)
     return PrivatePlan(
         events=[GaussianEvent(noise_multiplier=z)], noise_multiplier=z, releases=1, composition="sequential",
         calibration=calibration, sigma=z * entry_scale, sensitivity=float(entry_scale), details=details,
