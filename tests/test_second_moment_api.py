@@ -93,6 +93,19 @@ def test_jl_projection_equals_numpy_and_ignores_partitioning(spark, data):
     assert not np.allclose(jl_projection(dup, COLS, r=9, key=key + 1, norm_bound=1.0), ref)
 
 
+def test_jl_partition_row_ids_equal_numpy_for_one_partition(spark, data):
+    _, A = data
+    one = spark.createDataFrame(pd.DataFrame(A[:50, :3], columns=COLS)).coalesce(1)
+    from spark_dp.aggregates.jl import partition_generator
+
+    ref = partition_generator(31, 0).standard_normal((50, 7)).T @ A[:50, :3]
+    got = jl_projection(one, COLS, r=7, key=31, norm_bound=1.0, row_ids="partition")
+    assert np.allclose(got, ref, atol=1e-12)
+    # a different partitioning draws different columns (the documented caveat)
+    two = jl_projection(one.repartition(2), COLS, r=7, key=31, norm_bound=1.0, row_ids="partition")
+    assert not np.allclose(two, ref)
+
+
 def test_jl_projection_drops_nonfinite_rows(spark, data):
     df, _ = data
     bad = spark.createDataFrame(pd.DataFrame({"x1": [float("nan"), 0.3], "x2": [0.1, float("inf")], "x3": [0.2, 0.1],
@@ -152,6 +165,8 @@ BAD = [
     ("bad postprocess", dict(postprocess="clip"), ConfigError, "postprocess"),
     ("dof for analyze_gauss", dict(dof=500), ConfigError, "dof"),
     ("projection_rows for wishart", dict(mechanism="wishart", projection_rows=500), ConfigError, "projection_rows"),
+    ("row_ids for wishart", dict(mechanism="wishart", row_ids="partition"), ConfigError, "row_ids"),
+    ("bad row_ids", dict(mechanism="jl_ridge", row_ids="rand"), ConfigError, "row_ids"),
     ("postprocess with adassp", dict(mechanism="adassp", postprocess="psd"), ConfigError, "postprocess"),
 ]
 

@@ -30,6 +30,18 @@ Why content hashes (partition independence)
     *different* rows share a column only on a 96-bit hash collision
     (probability ≈ n²/2⁹⁷).
 
+Opt-in alternative, ``row_ids="partition"``
+    One stream per partition: numpy's Philox4x64-10 bit generator keyed by
+    the full 128-bit secret with the partition id in the top counter word
+    (streams of different partitions cannot overlap before 2¹⁹² draws), and
+    numpy's ``standard_normal`` for the partition's rows in order. No
+    shuffle and numpy's fast normal sampler, so much cheaper, and every row
+    still gets its own column of R (the distribution is exact); but the
+    sample depends on how Spark partitions the input and on the row order
+    within a partition. A retried task over the same split redraws the same
+    columns; a re-planned job may not. Use it when the input's partitioning
+    is deterministic (files read in a fixed order).
+
 Caveats, stated where the mechanism is documented: the key is 64 bits and
 Philox is a statistically strong, not a cryptographic, generator; the
 normals are floating point (Box–Muller), not the secure sampler's discrete
@@ -55,7 +67,8 @@ _MASK = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 _PARTIAL_SCHEMA = "partial binary"
 _HASH_PREFIX_2 = "spark_dp.jl.row_id.2"
-_CHUNK_ELEMENTS = 1 << 21  # Philox blocks generated at once (memory ~ 100 MB peak)
+_CHUNK_ELEMENTS = 1 << 21
+ROW_IDS = ("content", "partition")  # Philox blocks generated at once (memory ~ 100 MB peak)
 
 
 def philox4x32(counter: np.ndarray, key: tuple[int, int], rounds: int = 10) -> np.ndarray:
@@ -141,17 +154,40 @@ def jl_block_partial(
     return g.T @ block
 
 
+def partition_generator(key: int, partition_id: int) -> np.random.Generator:
+    """``row_ids="partition"``: the partition's stream (Philox4x64 keyed by the 128-bit key)."""
+    return np.random.Generator(np.random.Philox(key=int(key) & ((1 << 128) - 1), counter=[0, 0, 0, int(partition_id)]))
+
+
 def jl_partials_fn(
-    d: int, r: int, norm_bound: float, nonfinite: str, key: int
+    d: int, r: int, norm_bound: float, nonfinite: str, key: int, row_ids: str = "content"
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function: batches (x, h1, h2, count) → one r×d partial."""
+    """The ``mapInArrow`` function: batches (x, h1, h2, count) → one r×d partial.
+
+    With ``row_ids="partition"`` the batches hold x only and the columns of
+    R come from the partition's stream (:func:`partition_generator`).
+    """
 
     def partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         acc = np.zeros((r, d), dtype=np.float64)
+        gen = None
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             block = batch_to_block(batch.select([0]), d)
+            if row_ids == "partition":
+                if gen is None:
+                    from pyspark import TaskContext
+
+                    gen = partition_generator(key, TaskContext.get().partitionId())
+                g = gen.standard_normal((batch.num_rows, r))
+                finite = np.isfinite(block).all(axis=1)
+                if nonfinite == "drop" and not finite.all():
+                    block, g = block[finite], g[finite]
+                else:
+                    block = apply_nonfinite(block, nonfinite)
+                acc += g.T @ clip_rows(block, norm_bound)
+                continue
             h1 = batch.column(1).to_numpy(zero_copy_only=False)
             h2 = batch.column(2).to_numpy(zero_copy_only=False)
             cnt = batch.column(3).to_numpy(zero_copy_only=False)
@@ -189,6 +225,7 @@ def jl_projection(
     dimension: int | None = None,
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
+    row_ids: str = "content",
 ) -> np.ndarray:
     """R·A (r × d) for the clipped rows of ``df[columns]``, R drawn from ``key``.
 
@@ -196,16 +233,22 @@ def jl_projection(
         df, columns, nonfinite, dimension, privacy_unit, max_rows_per_unit:
             as for :func:`~spark_dp.aggregates.gram_matrix`.
         r: the number of rows of R.
-        key: secret generator key (only its low 64 bits are used).
+        key: secret generator key (``content``: its low 64 bits key Philox4x32;
+            ``partition``: all 128 bits key Philox4x64).
         norm_bound: B; rows are clipped to ‖a‖₂ ≤ B.
+        row_ids: ``content`` (default; partition-independent, one shuffle of
+            the distinct rows) or ``partition`` (no shuffle; depends on the
+            partitioning), see the module doc.
 
     Returns:
         The r × d float64 matrix Σᵢ R[:, i]·aᵢᵀ (zeros for an empty input).
     """
     check_nonfinite(nonfinite)
     frame, d = vectorize(df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit)
-    ids = row_id_frame(frame)
-    out = ids.mapInArrow(jl_partials_fn(d, int(r), float(norm_bound), nonfinite, int(key)), _PARTIAL_SCHEMA)
+    if row_ids not in ROW_IDS:
+        raise ValueError(f"unknown row_ids {row_ids!r}; expected one of {list(ROW_IDS)}")
+    ids = row_id_frame(frame) if row_ids == "content" else frame
+    out = ids.mapInArrow(jl_partials_fn(d, int(r), float(norm_bound), nonfinite, int(key), row_ids), _PARTIAL_SCHEMA)
     total = np.zeros((r, d), dtype=np.float64)
     for value in out.toArrow().column("partial").to_pylist():
         total += np.frombuffer(value, dtype=np.float64).reshape(r, d)

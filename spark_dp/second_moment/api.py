@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame
 
 from spark_dp import _validation as V
 from spark_dp.aggregates import NONFINITE_POLICIES, gram_matrix, vector_dimension
+from spark_dp.aggregates.jl import ROW_IDS
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import NEIGHBORS, Budget, Chokepoint
 from spark_dp.release import Release
@@ -75,7 +76,7 @@ class MechanismPlan:
 def plan_mechanism(
     mechanism: str, *, d: int, epsilon: float, delta: float, norm_bound: float, neighbors: str = "add_remove",
     max_rows_per_unit: int = 1, postprocess: str = "none", projection_rows: int | None = None, dof: int | None = None,
-    calibration: str = "exact", owner: str = "second_moment",
+    calibration: str = "exact", row_ids: str = "content", owner: str = "second_moment",
 ) -> MechanismPlan:
     """Validates the mechanism's parameters against d and plans its events.
 
@@ -85,6 +86,9 @@ def plan_mechanism(
     jl_ridge.
     """
     V.check_option("calibration", calibration, CALIBRATIONS, owner=owner)
+    V.check_option("row_ids", row_ids, ROW_IDS, owner=owner)
+    if row_ids != "content" and mechanism != "jl_ridge":
+        raise ConfigError(f"The 'row_ids' parameter of {owner} applies to mechanism 'jl_ridge' only. Got {row_ids!r} for {mechanism!r}.")
     if calibration == "paper" and mechanism != "jl_ridge":
         raise ConfigError(f"The 'calibration' parameter of {owner} may be 'paper' only for mechanism 'jl_ridge'. Got {calibration!r} for {mechanism!r}.")
     if projection_rows is not None and mechanism != "jl_ridge":
@@ -150,10 +154,13 @@ def plan_mechanism(
                                    if calibration == "exact" else "paper: w^2 = (8B^2/eps)(sqrt(2r ln(8/delta)) + 2 ln(8/delta))"),
                    "event_representation": "EpsilonDeltaEvent at the calibrated (epsilon, delta)",
                    "randomness": "R's data columns: Philox4x32-10 keyed by a 64-bit secret drawn after the charge, "
-                                 "Box-Muller floating-point normals, counters from content hashes of the rows "
-                                 "(partition-independent); ridge columns: the session sampler"}
+                                 "Box-Muller floating-point normals, one counter per row (see row_ids); "
+                                 "ridge columns: the session sampler"}
+        privacy["row_ids"] = ("content hash (partition-independent)" if row_ids == "content"
+                              else "partition id and position (depends on the input's partitioning)")
         return MechanismPlan(mechanism, [event], privacy, {"postprocess": postprocess, "projection_rows": r,
-                                                           "calibration": calibration}, noise, needs_gram=False)
+                                                           "calibration": calibration, "row_ids": row_ids},
+                             noise, needs_gram=False)
     if mechanism == "inverse_wishart":
         event, w, _ = inverse_wishart_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound, dof=r, neighbors=neighbors)
 
@@ -195,7 +202,7 @@ def _release(
             def project(key: int) -> np.ndarray:
                 return jl_projection(df, columns, r=plan.params["projection_rows"], key=key, norm_bound=norm_bound,
                                      nonfinite=nonfinite, dimension=dimension, privacy_unit=privacy_unit,
-                                     max_rows_per_unit=max_rows_per_unit)
+                                     max_rows_per_unit=max_rows_per_unit, row_ids=plan.params["row_ids"])
 
             return project
         return gram_matrix(df, columns, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,
@@ -248,6 +255,7 @@ def second_moment(
     projection_rows: int | None = None,
     dof: int | None = None,
     calibration: str = "exact",
+    row_ids: str = "content",
     config_sha256: str | None = None,
 ) -> Release:
     """Releases a private AᵀA of the rows of ``df[columns]``.
@@ -273,6 +281,8 @@ def second_moment(
         dof: k of ``wishart`` (default Sheffet's minimum) or m of
             ``inverse_wishart`` (default max(400, 2d)).
         calibration: ``exact`` (default) or ``paper`` (jl_ridge only).
+        row_ids: jl_ridge's row ids, ``content`` (default, partition-independent)
+            or ``partition`` (no shuffle; see :mod:`spark_dp.aggregates.jl`).
         config_sha256: digest of the job config, recorded in the manifest.
 
     Returns:
@@ -286,7 +296,7 @@ def second_moment(
     d = vector_dimension(df, columns, dimension)  # schema check, no Spark job
     plan = plan_mechanism(mechanism, d=d, epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
                           max_rows_per_unit=max_rows_per_unit, postprocess=postprocess, projection_rows=projection_rows,
-                          dof=dof, calibration=calibration, owner=owner)
+                          dof=dof, calibration=calibration, row_ids=row_ids, owner=owner)
     request = _request(session, "second_moment", mechanism, columns, d, plan.params, epsilon, delta, norm_bound,
                        neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256)
     return _release(session, df, columns, task="second_moment", plan=plan, d=d, request=request,
@@ -316,6 +326,7 @@ def linear_regression(
     projection_rows: int | None = None,
     dof: int | None = None,
     calibration: str = "exact",
+    row_ids: str = "content",
     config_sha256: str | None = None,
 ) -> Release:
     """Private OLS/ridge coefficients of ``label`` on ``columns`` (no intercept).
@@ -352,7 +363,7 @@ def linear_regression(
     d = vector_dimension(df, all_columns)  # label missing / non-numeric → SchemaError, no Spark job
     plan = plan_mechanism(mechanism, d=d, epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
                           max_rows_per_unit=max_rows_per_unit, postprocess=postprocess, projection_rows=projection_rows,
-                          dof=dof, calibration=calibration, owner=owner)
+                          dof=dof, calibration=calibration, row_ids=row_ids, owner=owner)
     params = {**plan.params, "ridge": ridge}
     request = _request(session, "linear_regression", mechanism, columns, d, params, epsilon, delta, norm_bound,
                        neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256, label=label)
@@ -395,6 +406,7 @@ def pca(
     projection_rows: int | None = None,
     dof: int | None = None,
     calibration: str = "exact",
+    row_ids: str = "content",
     config_sha256: str | None = None,
 ) -> Release:
     """Top-k principal components of the private second-moment matrix.
@@ -415,7 +427,7 @@ def pca(
     k = V.check_int("k", k, owner=owner, low=1, high=d)
     plan = plan_mechanism(mechanism, d=d, epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
                           max_rows_per_unit=max_rows_per_unit, postprocess=postprocess, projection_rows=projection_rows,
-                          dof=dof, calibration=calibration, owner=owner)
+                          dof=dof, calibration=calibration, row_ids=row_ids, owner=owner)
     params = {**plan.params, "k": k}
     request = _request(session, "pca", mechanism, columns, d, params, epsilon, delta, norm_bound, neighbors, nonfinite,
                        privacy_unit, max_rows_per_unit, config_sha256)
