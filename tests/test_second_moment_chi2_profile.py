@@ -97,3 +97,28 @@ def test_monte_carlo_detects_a_wrong_profile():
     mc = np.mean(np.clip(1 - np.exp(eps - l1), 0, None))
     assert mc != pytest.approx(delta_for_epsilon(eps, a, r // 2)[0], rel=0.08)
     assert mc != pytest.approx(delta_for_epsilon(eps, a / 2, r)[0], rel=0.08)
+
+
+def test_pld_representation_matches_profile_and_composes_tighter():
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    from spark_dp.second_moment.chi2_profile import chi2_mechanism_pld
+
+    a = calibrate_a_max(1.0, 1e-6, 400)
+    pld = chi2_mechanism_pld(a, 400)
+    eps = pld.get_epsilon_for_delta(1e-6)
+    assert 1.0 <= eps < 1.0 + 1e-3  # pessimistic, and tight
+    for e in (0.5, 1.5):
+        assert pld.get_delta_for_epsilon(e) == pytest.approx(delta_for_epsilon(e, a, 400)[0], rel=0.05)
+    # the pair at a_max dominates smaller a: δ(ε; a) increases with a at every ε
+    grid = np.linspace(a / 50, a, 60)
+    for e in (0.0, 0.25, 1.0, 2.0):
+        assert np.all(np.diff(delta_for_epsilon(e, grid, 400)) >= -1e-15)
+    # composing 10 releases: the profile's PLD vs the bare (ε, δ) point
+    comp, point = pld, pld_lib.from_privacy_parameters(common.DifferentialPrivacyParameters(1.0, 1e-6),
+                                                         value_discretization_interval=1e-4)
+    comp_point = point
+    for _ in range(9):
+        comp, comp_point = comp.compose(pld), comp_point.compose(point)
+    assert comp.get_epsilon_for_delta(1e-5) < 0.4 * comp_point.get_epsilon_for_delta(1e-5)

@@ -128,3 +128,43 @@ def tail_bound_a_max(epsilon: float, delta: float, dof: int) -> float:
     b = math.sqrt(dof * t) + t
     qa = dof / 4
     return (-b + math.sqrt(b * b + 4 * qa * epsilon)) / (2 * qa)
+
+
+def chi2_mechanism_pld(a: float, dof: int, *, discretization: float = 1e-4, tail_mass: float = 1e-15):
+    """Pessimistic privacy-loss distribution of the χ² mechanism at a (a proposal).
+
+    A tighter composable representation than an (ε, δ) point: the PLD of the
+    pair (P₁, P₀) at a = a_max, built from the exact loss distributions
+    (under P₁: L = −(r/2)ln(1+a) + (a/2)Y; under P₀, for ln P₀/P₁:
+    (r/2)ln(1+a) − (a/(2(1+a)))Y; Y ~ χ²_r), losses rounded *up* to the
+    grid and the far upper tail sent to infinity (dp-accounting's
+    pessimistic convention). It is a valid representation when the pair at
+    a_max dominates every a ≤ a_max (δ(ε; a) increasing in a, which
+    ``tests/test_second_moment_chi2_profile.py`` checks on a grid). Using it
+    for accounting needs a new event type in ``spark_dp.privacy`` — not done
+    here; the releases record an EpsilonDeltaEvent.
+    """
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    half = 0.5 * dof * math.log1p(a)
+
+    def pmf(loss_to_y, y_increasing: bool):
+        # loss range covering all but tail_mass of Y
+        y_lo, y_hi = stats.chi2.ppf(tail_mass, dof), stats.chi2.isf(tail_mass, dof)
+        l_a, l_b = sorted((loss_to_y[1](y_lo), loss_to_y[1](y_hi)))
+        ks = np.arange(math.floor(l_a / discretization), math.ceil(l_b / discretization) + 1)
+        edges = ks * discretization  # mass of (edge − Δ, edge] goes to edge
+        ys = loss_to_y[0](edges)
+        cdf_y = stats.chi2.cdf(ys, dof)
+        cdf_l = cdf_y if y_increasing else 1.0 - cdf_y  # P[L ≤ edge]
+        probs = np.diff(np.concatenate([[0.0], cdf_l]))  # lowest bin also takes the lower tail
+        inf_mass = max(0.0, 1.0 - cdf_l[-1])
+        return pld_pmf.create_pmf({int(k): float(p) for k, p in zip(ks, probs) if p > 0}, discretization,
+                                  inf_mass, pessimistic_estimate=True)
+
+    # under P₁: L = −half + (a/2)Y   → Y = 2(L + half)/a (increasing)
+    remove = pmf((lambda l: 2 * (l + half) / a, lambda y: -half + 0.5 * a * y), True)
+    # under P₀: L' = half − (a/(2(1+a)))Y → Y = 2(1+a)(half − L')/a (decreasing)
+    add = pmf((lambda l: 2 * (1 + a) * (half - l) / a, lambda y: half - a * y / (2 * (1 + a))), False)
+    return pld_lib.PrivacyLossDistribution(remove, add)
