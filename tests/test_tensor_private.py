@@ -310,3 +310,52 @@ def test_white_box_whitened_releases(tmp_path, mode):
         assert [p.shape for p in passes] == ([(k * L,)] * R + [(L,)]) * k  # whitened: k×L batches
         assert bool(chi2_variance_pvalue(m2_noise, z * B**2) > 1e-6) is ok
         assert bool(chi2_variance_pvalue(np.concatenate(passes), sigma_pass) > 1e-6) is ok
+
+
+# -- black-box audits of the row pass and of input perturbation -----------------------------
+def _row_pass_projections(plan, n=300_000):
+    """One fresh pass on neighbours D = ∅ and D' = {x}, x = B·u, where every column of the batch
+    moves by (xᵀu)²x = B³u: the Frobenius bound √L·B³ is attained. Projected on the difference."""
+    from spark_dp.tensor.private import noisy_batch
+
+    d, L = 3, 4
+    B = (plan.details["column_sensitivity"]) ** (1 / 3)
+    u = np.array([1.0, 2.0, 2.0]) / 3.0
+    diff = np.tile((B**3 * u)[:, None], (1, L))
+    unit = diff / np.linalg.norm(diff)
+    # n independent releases in one vectorised call of the mechanism's noisy_batch
+    x0 = np.einsum("nij,ij->n", noisy_batch(np.zeros((n, d, L)), plan, _Direct(3).gaussian), unit)
+    x1 = np.einsum("nij,ij->n", noisy_batch(np.broadcast_to(diff, (n, d, L)), plan, _Direct(4).gaussian), unit)
+    return x0, x1
+
+
+def test_black_box_row_pass_stays_below_claim_and_catches_under_noise():
+    import dataclasses
+
+    plan = rows_plan(epsilon=EPS, delta=DELTA, k=1, L=4, R=1, norm_bound=1.3, mode="fresh")
+    assert plan.sensitivity == pytest.approx(math.sqrt(4) * 1.3**3)
+    x0, x1 = _row_pass_projections(plan)
+    assert empirical_epsilon(x0, x1, DELTA) < EPS
+    x0, x1 = _row_pass_projections(dataclasses.replace(plan, sigma=plan.sigma / 2))
+    assert empirical_epsilon(x0, x1, DELTA) > EPS
+
+
+def _ip_projections(sigma, n=200_000):
+    """Input perturbation on T = 0 and T' = symmetrize(e₀⊗e₀⊗e₀) (entry [0,0,0] moves by 6)."""
+    plan = input_perturbation_plan(epsilon=EPS, delta=DELTA)
+    T1 = np.zeros((2, 2, 2))
+    T1[0, 0, 0] = 6.0
+    cp0, cp1 = _Direct(5), _Direct(6)
+    x0 = np.array([noisy_symmetric_tensor(np.zeros((2, 2, 2)), sigma=sigma, sensitivity=plan.sensitivity,
+                                          chokepoint=cp0)[0, 0, 0] for _ in range(n)])
+    x1 = np.array([noisy_symmetric_tensor(T1, sigma=sigma, sensitivity=plan.sensitivity,
+                                          chokepoint=cp1)[0, 0, 0] for _ in range(n)])
+    return x0, x1, plan
+
+
+def test_black_box_input_perturbation():
+    plan = input_perturbation_plan(epsilon=EPS, delta=DELTA)
+    x0, x1, _ = _ip_projections(plan.sigma)
+    assert empirical_epsilon(x0, x1, DELTA) < EPS
+    x0, x1, _ = _ip_projections(plan.sigma / 2)
+    assert empirical_epsilon(x0, x1, DELTA) > EPS

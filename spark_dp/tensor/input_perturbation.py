@@ -19,6 +19,8 @@ unique entries are mirrored to all orderings (one Gaussian release).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from spark_dp.errors import ConfigError
@@ -28,13 +30,16 @@ from spark_dp.tensor.power_method import TensorDecomposition, check_counts, chec
 from spark_dp.tensor.private import PrivatePlan, calibrate
 
 
+@functools.lru_cache(maxsize=8)
 def unique_entries(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Index arrays (i, j, k) of the entries with i ≤ j ≤ k, and their symmetrisation multiplicity w."""
+    """Index arrays (i, j, k) of the entries with i ≤ j ≤ k, and their symmetrisation multiplicity w (read-only, cached)."""
     i, j, k = np.meshgrid(np.arange(d), np.arange(d), np.arange(d), indexing="ij")
     keep = (i <= j) & (j <= k)
     i, j, k = i[keep], j[keep], k[keep]
     distinct = 1 + (i != j).astype(int) + (j != k).astype(int)  # 1, 2 or 3 distinct values
     w = np.select([distinct == 3, distinct == 2], [1.0, 2.0], 6.0)
+    for a in (i, j, k, w):
+        a.setflags(write=False)
     return i, j, k, w
 
 

@@ -294,6 +294,15 @@ class ParallelGaussianReleases:
         return self._sampler.gaussian(values.reshape(-1), sigma, l2_sensitivity).reshape(values.shape)
 
 
+def noisy_batch(values: np.ndarray, plan: PrivatePlan, gaussian: Callable[..., np.ndarray]) -> np.ndarray:
+    """One pass's release: the exact batch (d×L power sums or L eigenvalue sums) + N(0, σ²) per entry.
+
+    L2 sensitivity ``plan.sensitivity`` = f·m·√L·B³ (Frobenius over the L
+    columns); ``gaussian`` is the chokepoint's (or the parallel releases').
+    """
+    return gaussian(values, sigma=plan.sigma, l2_sensitivity=plan.sensitivity)
+
+
 def private_online_power_method(
     moments: Callable,
     *,
@@ -333,7 +342,7 @@ def private_online_power_method(
         draw = chokepoint.gaussian
 
     def release(values: np.ndarray) -> np.ndarray:
-        return draw(values, sigma=plan.sigma, l2_sensitivity=plan.sensitivity)
+        return noisy_batch(values, plan, draw)
 
     return online_tensor_power_method(
         moments, d=d, k=k, L=L, R=R, rng=rng, release=release, eigen_pass=True, rows_per_round=rows_per_round,
