@@ -28,7 +28,7 @@ from spark_dp.tensor.input_perturbation import noisy_symmetric_tensor, unique_en
 from spark_dp.tensor.power_method import random_unit_columns
 from spark_dp.tensor.private import noisy_power_step
 from tests._audit import chi2_variance_pvalue, empirical_epsilon
-from tests._tensor_data import match, orthogonal_tensor
+from tests._tensor_data import orthogonal_tensor
 
 EPS, DELTA = 1.0, 1e-6
 

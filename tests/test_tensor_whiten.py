@@ -2,7 +2,6 @@
 
 import numpy as np
 import pandas as pd
-import pytest
 
 import spark_dp
 from spark_dp.privacy import SeededSampler
