@@ -116,6 +116,9 @@ BAD = [
     ("fresh_with_units", ROWS, {"dataset.max_rows_per_unit": 2, "dataset.privacy_unit": "x1"}, "'mode'"),
     ("over_budget", ROWS, {"privacy.epsilon": 30.0}, "budget"),
     ("unknown_param", TENSOR, {"params": {"k": 1, "restart": 3}}, "params.restart"),
+    ("mode_on_tensor", TENSOR, {"params": {"k": 1, "mode": "reuse"}}, "'params.mode'"),
+    ("rows_per_round_on_tensor", TENSOR, {"params": {"k": 1, "rows_per_round": 10}}, "'params.rows_per_round'"),
+    ("entry_scale_on_rows", ROWS, {"privacy.entry_scale": 2.0}, "'privacy.entry_scale'"),
     ("bad_entry_scale", TENSOR, {"privacy.entry_scale": 0}, "'privacy.entry_scale'"),
 ]
 

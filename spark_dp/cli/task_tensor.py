@@ -65,6 +65,10 @@ def _check(config) -> None:
     if _explicit(config):
         if mech in ROWS_ONLY:
             raise ConfigError(f"The 'mechanism' {mech!r} needs rows; 'dataset.format' is 'tensor'.")
+        for key in ("mode", "rows_per_round"):
+            if key in config.params:
+                raise ConfigError(f"The 'params.{key}' parameter applies to rows only; remove it for an explicit "
+                                  "tensor (dataset.format: tensor).")
         if _p(config, "whiten"):
             raise ConfigError("The 'params.whiten' parameter must be false for an explicit tensor (no second moment "
                               "to whiten with). Got true instead.")
@@ -82,6 +86,9 @@ def _check(config) -> None:
             raise ConfigError(f"The 'mechanism' {mech!r} needs an explicit tensor ('dataset.format: tensor').")
         if config.privacy.neighbors == "tensor_entry":
             raise ConfigError("The 'privacy.neighbors' parameter must be 'add_remove' or 'replace' for rows. Got 'tensor_entry' instead.")
+        if "entry_scale" in config.privacy.extra:
+            raise ConfigError("The 'privacy.entry_scale' parameter applies to explicit tensors only; rows are "
+                              "bounded by 'privacy.norm_bound'.")
         if config.privacy.norm_bound is None:
             raise ConfigError("Missing required key 'privacy.norm_bound' in the config (rows are clipped to it).")
         d = config.dataset.dimension or len(config.dataset.columns)

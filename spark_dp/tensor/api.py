@@ -168,6 +168,9 @@ def tensor_decomposition(
     if explicit and whiten:
         raise ConfigError(f"The 'whiten' parameter of {OWNER} needs rows (a DataFrame): an explicit tensor has no "
                           "second moment to whiten with. Got True instead.")
+    if explicit and rows_per_round is not None:
+        raise ConfigError(f"The 'rows_per_round' parameter of {OWNER} applies to rows only. Got {rows_per_round} "
+                          "for an explicit tensor instead.")
     if explicit:
         if isinstance(data, str | os.PathLike):
             dataset_path = dataset_path or os.fspath(data)
