@@ -144,19 +144,35 @@ def test_parquet_path_reads_itself_and_splits_files(spark, parquet_data, monkeyp
         raise AssertionError("the Spark reader was used")
 
     monkeypatch.setattr(gram, "gram_matrix", no_fallback)
-    monkeypatch.setattr(gram, "_UNIT_BYTES", 4096)  # several tasks share the file's row groups
-    assert len(gram._plan_units(spark.read.parquet(path).inputFiles(), 4096)) > 1
-    got = gram_matrix_parquet([path], ["x"], norm_bound=1.0, dimension=4, spark=spark)
+    key = "spark.sql.files.maxPartitionBytes"
+    spark.conf.set(key, "4096")  # several tasks share the file's row groups
+    try:
+        tasks = gram._plan_tasks(spark, spark.read.parquet(path).inputFiles(), 4)
+        assert len(tasks) > 1 and len({u[1] for t in tasks for u in t}) > 1
+        got = gram_matrix_parquet([path], ["x"], norm_bound=1.0, dimension=4, spark=spark)
+    finally:
+        spark.conf.unset(key)
     assert _rel_err(got, _expected(X, 1.0)) < 1e-9
+
+
+def test_task_planning_packs_small_files_like_spark(spark):
+    mb = 1 << 20
+    units = [((f"f{i}", 0, 1), 50 * mb) for i in range(16)] + [(("big", k, 3), 100 * mb) for k in range(3)]
+    tasks = gram._pack(units, 128 * mb, 4 * mb, 256)
+    assert sorted(u for t in tasks for u in t) == sorted(u for u, _ in units)  # each unit exactly once
+    assert len(tasks) == 3 + 8  # the big file's parts alone, the small files two by two
+    assert len(gram._pack(units, 128 * mb, 4 * mb, 4)) == 4  # capped: partials the driver receives
+    assert gram._conf_bytes(spark, "no.such.key", 7) == 7
+    assert gram._parallelism(spark) == int(spark.conf.get("spark.default.parallelism", "2"))  # as Spark divides
 
 
 def test_parquet_missing_column_reads_as_nulls(tmp_path):
     pq.write_table(pa.table({"a": [1.0, 2.0], "b": [0.0, 1.0]}), tmp_path / "full.parquet")
     pq.write_table(pa.table({"a": [3.0]}), tmp_path / "short.parquet")
-    units = [(f"file://{tmp_path}/full.parquet", 0, 1), (f"file://{tmp_path}/short.parquet", 0, 1)]
+    tasks = [[(f"file://{tmp_path}/full.parquet", 0, 1)], [(f"file://{tmp_path}/short.parquet", 0, 1)]]
     ids = pa.RecordBatch.from_arrays([pa.array([0, 1])], names=["id"])
     for nonfinite, rows in [("drop", [[1, 0], [2, 1]]), ("zero", [[1, 0], [2, 1], [3, 0]])]:
-        (out,) = parquet_partials_fn(units, ["a", "b"], "columns", 2, 10.0, nonfinite)(iter([ids]))
+        (out,) = parquet_partials_fn(tasks, ["a", "b"], "columns", 2, 10.0, nonfinite)(iter([ids]))
         upper = np.frombuffer(out.column(0)[0].as_py()).reshape(2, 2)
         R = np.array(rows, float)
         assert np.array_equal(upper, np.triu(R.T @ R))
@@ -189,3 +205,17 @@ def test_parquet_bad_requests(spark, parquet_data, tmp_path):
         gram_matrix_parquet(path, ["a", "zz"], norm_bound=1.0)
     with pytest.raises(SchemaError, match="does not exist"):
         gram_matrix_parquet([path, str(tmp_path / "nope")], ["a"], norm_bound=1.0)
+
+
+def test_arrow_batch_cap_is_scoped_to_the_call(spark):
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+    df = spark.createDataFrame([(1.0, 2.0)], "a double, b double")
+    assert spark.conf.get(key, None) is None
+    gram_matrix(df, ["a", "b"], norm_bound=10.0)
+    assert spark.conf.get(key, None) is None  # unset again afterwards
+    spark.conf.set(key, "1000000")
+    try:
+        gram_matrix(df, ["a", "b"], norm_bound=10.0)
+        assert spark.conf.get(key) == "1000000"  # a user's own cap is left alone
+    finally:
+        spark.conf.unset(key)

@@ -43,10 +43,9 @@ def vectorize(
 ) -> tuple[DataFrame, int]:
     """Returns ``(frame, d)``: a frame of one ``array<double>`` column of length d.
 
-    Every row of the frame is a non-null array of exactly d doubles: nulls,
-    null arrays and arrays of the wrong length become NaN (see the module
-    docstring). The kernels use :func:`vector_frame` instead, which leaves
-    that normalisation to the executors' numpy code (cheaper than a JVM
+    Null values and arrays of the wrong length become NaN here, in the JVM
+    (see the module docstring). The Gram kernel uses :func:`vector_frame`
+    instead, which leaves that to the executors' numpy code (no JVM
     projection); both give the same rows to the non-finite policy.
 
     Args:
@@ -59,14 +58,10 @@ def vectorize(
             random. Rows with a null unit form one unit together.
         max_rows_per_unit: the contribution bound m.
     """
-    frame, d = vector_frame(
-        df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit
+    return vector_frame(
+        df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,
+        _normalize=True,
     )
-    arr = F.col(VECTOR_COL)
-    elements = F.transform(arr, lambda v: F.coalesce(v, F.lit(float("nan"))))
-    nan_row = F.array_repeat(F.lit(float("nan")), d)
-    x = F.when(arr.isNotNull() & (F.size(arr) == d), elements).otherwise(nan_row)
-    return frame.select(x.alias(VECTOR_COL)), d
 
 
 def vector_frame(
@@ -76,6 +71,7 @@ def vector_frame(
     dimension: int | None = None,
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
+    _normalize: bool = False,
 ) -> tuple[DataFrame, int]:
     """Like :func:`vectorize`, without the JVM-side normalisation of bad rows.
 
@@ -107,6 +103,8 @@ def vector_frame(
                 "an array of numbers or an ML vector."
             )
         d = _check_dimension(dimension, f.name)
+        if _normalize:
+            arr = F.when(F.size(arr) == d, arr).otherwise(F.array_repeat(F.lit(float("nan")), d))
     else:
         for f in fields:
             if not isinstance(f.dataType, _NUMERIC):
@@ -118,7 +116,10 @@ def vector_frame(
                 f"The 'dimension' parameter ({dimension}) does not match the {len(fields)} columns given."
             )
         d = len(fields)
-        arr = F.array(*[F.col(f.name).cast("double") for f in fields])
+        if _normalize:
+            arr = F.array(*[F.coalesce(F.col(f.name).cast("double"), F.lit(float("nan"))) for f in fields])
+        else:
+            arr = F.array(*[F.col(f.name).cast("double") for f in fields])
 
     if privacy_unit is not None:
         _field(df, privacy_unit)
