@@ -10,6 +10,9 @@ import uuid
 import pytest
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Tests run many small BLAS calls on a 2-core machine shared with Spark's
+# workers: oversubscribed OpenBLAS threads only slow them down.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")

@@ -64,3 +64,21 @@ def test_epsilon_delta_events_compose_through_pld():
     assert alone == pytest.approx(0.5, abs=1e-3)
     both = compose_epsilon([ev, ev], 2e-7)
     assert 0.5 < both <= 1.0 + 1e-6  # never worse than basic composition
+
+
+def test_chi2_profile_event_composes_tighter_than_its_epsilon_delta_point():
+    from spark_dp.privacy import Chi2ProfileEvent
+    from spark_dp.privacy.chi2_profile import calibrate_a_max
+    from spark_dp.privacy.events import events_from_json, events_to_json
+
+    a_max = calibrate_a_max(1.0, 1e-6, 400)
+    ev = Chi2ProfileEvent(a_max=a_max, dof=400, mechanism="jl_ridge")
+    assert events_from_json(events_to_json([ev])) == [ev]
+    alone = compose_epsilon([ev], 1e-6)
+    assert alone == pytest.approx(1.0, abs=1e-3)  # the profile's own point (PLD rounding errs up)
+    ten = compose_epsilon([ev] * 10, 1e-5)
+    basic = compose_epsilon([EpsilonDeltaEvent(1.0, 1e-6)] * 10, 1e-5)
+    assert ten < 0.5 * basic
+    # order and grouping of identical events do not change the total
+    mixed = [ev, GaussianEvent(4.0), ev]
+    assert compose_epsilon(mixed, 1e-5) == pytest.approx(compose_epsilon([GaussianEvent(4.0), ev, ev], 1e-5), rel=1e-9)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from spark_dp.second_moment.chi2_profile import (
+from spark_dp.privacy.chi2_profile import (
     add_remove_target,
     calibrate_a_max,
     delta_for_epsilon,
@@ -103,7 +103,7 @@ def test_pld_representation_matches_profile_and_composes_tighter():
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-    from spark_dp.second_moment.chi2_profile import chi2_mechanism_pld
+    from spark_dp.privacy.chi2_profile import chi2_mechanism_pld
 
     a = calibrate_a_max(1.0, 1e-6, 400)
     pld = chi2_mechanism_pld(a, 400)

@@ -7,7 +7,7 @@ data-derived values.
 from spark_dp.privacy.accountant import Budget, compose_epsilon, total_mu
 from spark_dp.privacy.calibration import gaussian_noise_multiplier
 from spark_dp.privacy.chokepoint import Chokepoint, UnchargedNoiseError
-from spark_dp.privacy.events import EpsilonDeltaEvent, GaussianEvent, LaplaceEvent
+from spark_dp.privacy.events import Chi2ProfileEvent, EpsilonDeltaEvent, GaussianEvent, LaplaceEvent
 from spark_dp.privacy.ledger import Ledger, PostgresLedger, SQLiteLedger, open_ledger
 from spark_dp.privacy.noise import NoiseSampler, NumpySampler, SecureSampler, SeededSampler, make_sampler
 from spark_dp.privacy.sensitivity import NEIGHBORS, second_moment_l2_sensitivity
@@ -15,6 +15,7 @@ from spark_dp.privacy.sensitivity import NEIGHBORS, second_moment_l2_sensitivity
 __all__ = [
     "NEIGHBORS",
     "Budget",
+    "Chi2ProfileEvent",
     "Chokepoint",
     "EpsilonDeltaEvent",
     "GaussianEvent",

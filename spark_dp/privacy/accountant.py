@@ -10,6 +10,7 @@ Gaussian and Laplace events alike.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ import dp_accounting
 from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from spark_dp.privacy.events import EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEvent
+from spark_dp.privacy.events import Chi2ProfileEvent, EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEvent
 
 _PLD_INTERVAL = 1e-4
 
@@ -50,8 +51,10 @@ def compose_epsilon(events: Sequence[Event], delta: float) -> float:
         mu = total_mu(events)  # type: ignore[arg-type]
         return float(dp_accounting.get_epsilon_gaussian(1.0 / mu, delta))
     composed = None
-    for e in events:
-        dist = _pld_of(e)
+    for event, count in Counter(events).items():  # identical events: one self-composition
+        dist = _pld_of(event)
+        if count > 1:
+            dist = dist.self_compose(count)
         composed = dist if composed is None else composed.compose(dist)
     return float(composed.get_epsilon_for_delta(delta))
 
@@ -67,4 +70,8 @@ def _pld_of(event: Event) -> pld_lib.PrivacyLossDistribution:
             pld_common.DifferentialPrivacyParameters(event.epsilon, event.delta),
             value_discretization_interval=_PLD_INTERVAL,
         )
+    if isinstance(event, Chi2ProfileEvent):
+        from spark_dp.privacy.chi2_profile import chi2_mechanism_pld
+
+        return chi2_mechanism_pld(event.a_max, event.dof, discretization=_PLD_INTERVAL)
     raise TypeError(f"no PLD for event {event!r}")

@@ -140,9 +140,8 @@ def chi2_mechanism_pld(a: float, dof: int, *, discretization: float = 1e-4, tail
     grid and the far upper tail sent to infinity (dp-accounting's
     pessimistic convention). It is a valid representation when the pair at
     a_max dominates every a ≤ a_max (δ(ε; a) increasing in a, which
-    ``tests/test_second_moment_chi2_profile.py`` checks on a grid). Using it
-    for accounting needs a new event type in ``spark_dp.privacy`` — not done
-    here; the releases record an EpsilonDeltaEvent.
+    ``tests/test_second_moment_chi2_profile.py`` checks on a grid). The
+    ledger composes :class:`~spark_dp.privacy.events.Chi2ProfileEvent` with it.
     """
     from dp_accounting.pld import pld_pmf
     from dp_accounting.pld import privacy_loss_distribution as pld_lib

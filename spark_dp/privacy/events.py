@@ -87,8 +87,36 @@ class EpsilonDeltaEvent:
         return dp_event.UnsupportedDpEvent()
 
 
-Event = GaussianEvent | LaplaceEvent | EpsilonDeltaEvent
-_KINDS: dict[str, type] = {cls.kind: cls for cls in (GaussianEvent, LaplaceEvent, EpsilonDeltaEvent)}
+@dataclass(frozen=True, slots=True)
+class Chi2ProfileEvent:
+    """One draw of a Wishart-type matrix with scale Σ = AᵀA + w²I (JL with ridge,
+    inverse-Wishart), under add/remove-one-row neighbours.
+
+    ``a_max`` = B²/w² bounds a = vᵀΣ₀⁻¹v for the added row v; ``dof`` is the
+    number of projection rows r (JL) or the degrees of freedom m
+    (inverse-Wishart). Its privacy loss has an exact χ² law
+    (:mod:`spark_dp.privacy.chi2_profile`), so the ledger composes its exact
+    PLD: tighter than an (ε, δ) point (ten releases calibrated to
+    (1, 1e-6) compose to ε ≈ 2.9 at δ = 1e-5 instead of 10).
+    """
+
+    a_max: float
+    dof: int
+    mechanism: str = "unspecified"
+    kind: ClassVar[str] = "chi2_profile"
+
+    def __post_init__(self) -> None:
+        if not (0 < self.a_max and math.isfinite(self.a_max)) or int(self.dof) != self.dof or self.dof < 1:
+            raise ValueError(f"need a_max > 0 and an integer dof >= 1, got {self.a_max}, {self.dof}")
+
+    def to_dp_event(self) -> dp_event.DpEvent:
+        return dp_event.UnsupportedDpEvent()
+
+
+Event = GaussianEvent | LaplaceEvent | EpsilonDeltaEvent | Chi2ProfileEvent
+_KINDS: dict[str, type] = {
+    cls.kind: cls for cls in (GaussianEvent, LaplaceEvent, EpsilonDeltaEvent, Chi2ProfileEvent)
+}
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

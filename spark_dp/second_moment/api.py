@@ -152,7 +152,9 @@ def plan_mechanism(
                    "ridge_w2": w * w,
                    "calibration": ("exact chi-square privacy profile, worst case over a <= B^2/w^2"
                                    if calibration == "exact" else "paper: w^2 = (8B^2/eps)(sqrt(2r ln(8/delta)) + 2 ln(8/delta))"),
-                   "event_representation": "EpsilonDeltaEvent at the calibrated (epsilon, delta)",
+                   "event_representation": type(event).__name__ + (
+                       " (exact chi-square PLD, composed tightly)" if type(event).__name__ == "Chi2ProfileEvent"
+                       else " at the calibrated (epsilon, delta)"),
                    "randomness": "R's data columns: Philox4x32-10 keyed by a 64-bit secret drawn after the charge, "
                                  "Box-Muller floating-point normals, one counter per row (see row_ids); "
                                  "ridge columns: the session sampler"}
@@ -170,7 +172,9 @@ def plan_mechanism(
         privacy = {**base, "noise": "inverse-Wishart posterior sample W^-1(A^T A + w^2 I, m), rescaled by m - d - 1",
                    "dof": r, "ridge_w": w, "ridge_w2": w * w,
                    "calibration": "exact chi-square privacy profile, worst case over a <= B^2/w^2",
-                   "event_representation": "EpsilonDeltaEvent at the calibrated (epsilon, delta)"}
+                   "event_representation": type(event).__name__ + (
+                       " (exact chi-square PLD, composed tightly)" if type(event).__name__ == "Chi2ProfileEvent"
+                       else " at the calibrated (epsilon, delta)")}
         return MechanismPlan(mechanism, [event], privacy, {"postprocess": postprocess, "dof": r}, noise)
     raise ConfigError(f"unknown mechanism {mechanism!r}")
 

@@ -30,22 +30,24 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
-from spark_dp.privacy import Chokepoint, EpsilonDeltaEvent
-from spark_dp.second_moment.chi2_profile import add_remove_target, calibrate_a_max
+from spark_dp.privacy import Chi2ProfileEvent, Chokepoint, EpsilonDeltaEvent
+from spark_dp.privacy.chi2_profile import add_remove_target, calibrate_a_max
 
 
 def inverse_wishart_plan(
     *, epsilon: float, delta: float, norm_bound: float, dof: int, neighbors: str = "add_remove"
-) -> tuple[EpsilonDeltaEvent, float, float]:
+) -> tuple[EpsilonDeltaEvent | Chi2ProfileEvent, float, float]:
     """The event, the prior spread w and a_max = B²/w² (all public)."""
     eps_ar, delta_ar = add_remove_target(epsilon, delta, neighbors)
     a_max = calibrate_a_max(eps_ar, delta_ar, dof)
     w = norm_bound / np.sqrt(a_max)
+    if neighbors == "add_remove":  # the exact χ² profile composes tightly (see Chi2ProfileEvent)
+        return Chi2ProfileEvent(a_max=a_max, dof=dof, mechanism="inverse_wishart"), float(w), a_max
     return EpsilonDeltaEvent(epsilon=epsilon, delta=delta, mechanism="inverse_wishart"), float(w), a_max
 
 
 def inverse_wishart(
-    gram: np.ndarray, *, chokepoint: Chokepoint, event: EpsilonDeltaEvent, dof: int, w: float,
+    gram: np.ndarray, *, chokepoint: Chokepoint, event: EpsilonDeltaEvent | Chi2ProfileEvent, dof: int, w: float,
     postprocess: str = "none",
 ) -> np.ndarray:
     """Returns (m − d − 1)·X, X ~ W⁻¹_d(AᵀA + w²I, m), optionally post-processed.

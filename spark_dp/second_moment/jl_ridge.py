@@ -34,8 +34,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from spark_dp.privacy import Chokepoint, EpsilonDeltaEvent
-from spark_dp.second_moment.chi2_profile import add_remove_target, calibrate_a_max
+from spark_dp.privacy import Chi2ProfileEvent, Chokepoint, EpsilonDeltaEvent
+from spark_dp.privacy.chi2_profile import add_remove_target, calibrate_a_max
 
 CALIBRATIONS = ("exact", "paper")
 
@@ -48,20 +48,28 @@ def jl_ridge_paper_w2(*, epsilon: float, delta: float, norm_bound: float, r: int
 
 def jl_ridge_plan(
     *, epsilon: float, delta: float, norm_bound: float, r: int, neighbors: str = "add_remove", calibration: str = "exact"
-) -> tuple[EpsilonDeltaEvent, float]:
-    """The release's event and the ridge w (all public)."""
+) -> tuple[EpsilonDeltaEvent | Chi2ProfileEvent, float]:
+    """The release's event and the ridge w (all public).
+
+    Exact calibration under add/remove records the exact χ² profile
+    (:class:`Chi2ProfileEvent`), which composes tightly; replace-one (group
+    privacy) and the paper's constant record the (ε, δ) point.
+    """
     if calibration == "paper":
         w = math.sqrt(jl_ridge_paper_w2(epsilon=epsilon, delta=delta, norm_bound=norm_bound, r=r))
     elif calibration == "exact":
         eps_ar, delta_ar = add_remove_target(epsilon, delta, neighbors)
-        w = norm_bound / math.sqrt(calibrate_a_max(eps_ar, delta_ar, r))
+        a_max = calibrate_a_max(eps_ar, delta_ar, r)
+        w = norm_bound / math.sqrt(a_max)
+        if neighbors == "add_remove":
+            return Chi2ProfileEvent(a_max=a_max, dof=r, mechanism="jl_ridge"), w
     else:
         raise ValueError(f"unknown calibration {calibration!r}")
     return EpsilonDeltaEvent(epsilon=epsilon, delta=delta, mechanism="jl_ridge"), w
 
 
 def jl_ridge(
-    project: Callable[[int], np.ndarray], *, chokepoint: Chokepoint, event: EpsilonDeltaEvent, r: int, d: int, w: float,
+    project: Callable[[int], np.ndarray], *, chokepoint: Chokepoint, event: EpsilonDeltaEvent | Chi2ProfileEvent, r: int, d: int, w: float,
     postprocess: str = "none",
 ) -> np.ndarray:
     """Returns (RÃ)ᵀ(RÃ)/r, Ã = [A; wI], optionally post-processed.
