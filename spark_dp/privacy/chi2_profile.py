@@ -16,7 +16,7 @@ so the hockey-stick divergence has the closed form (``delta_for_epsilon``)
 c = ε + (r/2)ln(1+a), c′ = (r/2)ln(1+a) − ε (second term 0 if c′ ≤ 0). The
 inverse-Wishart loss is the same with P₀ and P₁ swapped (r → m), so the same
 function applies. Derivation: ``/work/shared/notes/gaussian-sampling-mechanisms.md``
-(checked here and in ``docs/privacy_second_moment.md``; tested by Monte Carlo
+(checked here and in ``docs/privacy.md``; tested by Monte Carlo
 of the log-density ratio in ``tests/test_second_moment_chi2_profile.py``).
 
 Calibration (``calibrate_a_max``): bisection on a_max so that the *worst case

@@ -4,7 +4,7 @@ Implements Section 5 of Sheffet (arXiv 1507.00056): with an inverse-Wishart
 prior spread by w²·I, a draw from the posterior X ~ W⁻¹_d(AᵀA + w²I, m) is
 differentially private. The privacy condition used here is the *exact*
 (ε, δ) profile of ``spark_dp.second_moment.chi2_profile`` (derivation in
-``docs/privacy_second_moment.md``), not the paper's tail bound:
+``docs/privacy.md``), not the paper's tail bound:
 
 * Neighbours: add/remove one row (‖v‖₂ ≤ B). With Σ₀ = AᵀA + w²I,
   a = vᵀΣ₀⁻¹v ≤ B²/w² = a_max, the privacy loss is
