@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 import spark_dp
-from benchmarks.tensor_data import explicit_tensor, mixture_rows, write_all
+from benchmarks.tensor_data import write_all
+from spark_dp.cli.example_data import explicit_tensor, mixture_rows
 from spark_dp.cli.main import main as cli_main
 from spark_dp.privacy import open_ledger
 from tests._tensor_data import match
