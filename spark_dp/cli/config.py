@@ -16,7 +16,7 @@ import yaml
 
 from spark_dp import _validation as V
 from spark_dp.aggregates import FORMATS, NONFINITE_POLICIES
-from spark_dp.aggregates.sources import check_path_exists
+from spark_dp.aggregates.sources import TABLE, check_path_exists, check_table_name
 from spark_dp.errors import ConfigError
 from spark_dp.cli.tasks import tasks
 from spark_dp.session import canonical_sha256
@@ -24,10 +24,11 @@ from spark_dp.session import canonical_sha256
 OWNER = "the config"
 TOP_KEYS = ("release_id", "dataset", "task", "mechanism", "privacy", "params", "ledger", "output")
 REQUIRED_TOP = ("dataset", "task", "mechanism", "privacy", "ledger", "output")
-DATASET_KEYS = ("id", "path", "format", "columns", "dimension", "privacy_unit", "max_rows_per_unit", "nonfinite", "options")
+DATASET_KEYS = ("id", "path", "table", "where", "format", "columns", "dimension", "privacy_unit", "max_rows_per_unit", "nonfinite", "options")
 PRIVACY_KEYS = ("epsilon", "delta", "norm_bound", "neighbors", "sampler")
 LEDGER_KEYS = ("uri", "epsilon_limit", "delta_limit")
-OUTPUT_KEYS = ("path", "format")
+OUTPUT_KEYS = ("path", "format", "table")
+TABLE_FORMATS = ("parquet", "delta")
 LARGE_EPSILON = 5.0
 
 
@@ -46,6 +47,15 @@ def _section(raw: dict, name: str, keys: tuple[str, ...], required: tuple[str, .
 
 @dataclass(frozen=True)
 class DatasetConfig:
+    """The ``dataset`` section.
+
+    A catalog table (``dataset.table``, optional ``dataset.where``) is
+    represented as ``path`` = the table name and ``format`` = ``"table"``
+    with ``options`` = ``{"where": …}``, which
+    :func:`spark_dp.aggregates.read_dataset` understands, so every task reads
+    tables without knowing about them.
+    """
+
     id: str
     path: str
     format: str
@@ -56,6 +66,40 @@ class DatasetConfig:
     nonfinite: str = "drop"
     options: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # task-specific keys (TaskSpec.dataset_keys)
+
+    @property
+    def table(self) -> str | None:
+        """The catalog table name, or None for files."""
+        return self.path if self.format == TABLE else None
+
+    @property
+    def where(self) -> str | None:
+        """The table's row filter (SQL), or None."""
+        return self.options.get("where") if self.format == TABLE else None
+
+
+def _dataset_source(ds: dict, spec) -> tuple[str, str, dict]:
+    """(path, format, options) of the dataset: files, or a catalog table (exactly one of path/table)."""
+    has_path, has_table = ds.get("path") is not None, ds.get("table") is not None
+    if has_path == has_table:
+        raise ConfigError("Give exactly one of 'dataset.path' and 'dataset.table' in the config."
+                          if has_path else "Missing required key 'dataset.path' (or 'dataset.table') in the config.")
+    if not has_table:
+        if ds.get("where") is not None:
+            raise ConfigError("The 'dataset.where' parameter applies to 'dataset.table' only; filter files upstream.")
+        path = V.check_str("dataset.path", ds["path"], owner=OWNER)
+        fmt = V.check_option("dataset.format", ds.get("format", "parquet"), spec.formats or FORMATS, owner=OWNER)
+        return path, fmt, {}
+    if spec.formats is not None and "parquet" not in spec.formats:
+        raise ConfigError(f"The 'dataset.table' parameter is not supported for task {spec.name!r}.")
+    for key in ("format", "options"):
+        if ds.get(key) is not None:
+            raise ConfigError(f"The 'dataset.{key}' parameter does not apply to 'dataset.table'; remove it.")
+    table = check_table_name(V.check_str("dataset.table", ds["table"], owner=OWNER))
+    where = ds.get("where")
+    if where is not None:
+        where = V.check_str("dataset.where", where, owner=OWNER)
+    return table, TABLE, ({"where": where} if where else {})
 
 
 @dataclass(frozen=True)
@@ -77,8 +121,15 @@ class LedgerConfig:
 
 @dataclass(frozen=True)
 class OutputConfig:
+    """The ``output`` section: the release directory root (always), and optionally a warehouse table.
+
+    ``format`` is the table's format (``parquet`` or ``delta``); the release
+    directory is always Parquet + manifest.json.
+    """
+
     path: str
     format: str = "parquet"
+    table: str | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +162,8 @@ class JobConfig:
         mechanism = V.check_option("mechanism", raw["mechanism"], spec.mechanisms, owner=OWNER)
         param_checks = spec.params
 
-        ds = _section(raw, "dataset", DATASET_KEYS + tuple(spec.dataset_keys), ("id", "path", "columns"))
+        ds = _section(raw, "dataset", DATASET_KEYS + tuple(spec.dataset_keys), ("id", "columns"))
+        source = _dataset_source(ds, spec)
         columns = ds["columns"]
         if isinstance(columns, str):
             columns = [columns]
@@ -122,14 +174,14 @@ class JobConfig:
             raise ConfigError(f"The 'dataset.options' parameter must be a mapping. Got {options!r} instead.")
         dataset = DatasetConfig(
             id=V.check_str("dataset.id", ds["id"], owner=OWNER),
-            path=V.check_str("dataset.path", ds["path"], owner=OWNER),
-            format=V.check_option("dataset.format", ds.get("format", "parquet"), spec.formats or FORMATS, owner=OWNER),
+            path=source[0],
+            format=source[1],
             columns=tuple(columns),
             dimension=None if ds.get("dimension") is None else V.check_int("dataset.dimension", ds["dimension"], owner=OWNER),
             privacy_unit=None if ds.get("privacy_unit") is None else V.check_str("dataset.privacy_unit", ds["privacy_unit"], owner=OWNER),
             max_rows_per_unit=V.check_int("dataset.max_rows_per_unit", ds.get("max_rows_per_unit", 1), owner=OWNER),
             nonfinite=V.check_option("dataset.nonfinite", ds.get("nonfinite", "drop"), NONFINITE_POLICIES, owner=OWNER),
-            options=dict(options),
+            options=source[2] if source[1] == TABLE else dict(options),
             extra={k: check(f"dataset.{k}", ds[k]) for k, check in spec.dataset_keys.items() if ds.get(k) is not None},
         )
 
@@ -171,16 +223,20 @@ class JobConfig:
             )
 
         out = _section(raw, "output", OUTPUT_KEYS, ("path",))
+        out_table = None if out.get("table") is None else check_table_name(
+            V.check_str("output.table", out["table"], owner=OWNER), key="output.table")
         output = OutputConfig(
             path=V.check_str("output.path", out["path"], owner=OWNER),
-            format=V.check_option("output.format", out.get("format", "parquet"), ("parquet",), owner=OWNER),
+            format=V.check_option("output.format", out.get("format", "parquet"),
+                                  TABLE_FORMATS if out_table else ("parquet",), owner=OWNER),
+            table=out_table,
         )
         release_id = raw.get("release_id")
         if release_id is not None:
             release_id = V.check_str("release_id", release_id, owner=OWNER)
             if "/" in release_id or os.sep in release_id or release_id.startswith("."):
                 raise ConfigError(f"The 'release_id' parameter must not contain '/' or start with '.'. Got {release_id!r} instead.")
-        if check_paths:
+        if check_paths and dataset.format != TABLE:
             check_path_exists(dataset.path)
         config = cls(release_id, dataset, task, mechanism, privacy, dict(params), ledger, output, canonical_sha256(raw))
         if spec.check is not None:

@@ -4,6 +4,9 @@
     spark-dp ledger --uri URI [--dataset ID] [--set-limit EPS DELTA]
     spark-dp estimate RELEASE_DIR --items FILE            item,estimate CSV from a count_sketch release
     spark-dp heavy-hitters RELEASE_DIR [--candidates PATH] [--top N] [--threshold T]
+    spark-dp plan run PLAN --date YYYY-MM-DD [--entry NAME ...]   run what a release plan has due that day
+    spark-dp plan status PLAN [--date YYYY-MM-DD] [--json]        spent/left per budget period
+    spark-dp report RELEASE_DIR [--out FILE]                      Markdown/HTML report with plots
 
 Bad requests print one line ``spark-dp: error: …`` and exit 2 (no traceback).
 """
@@ -30,11 +33,11 @@ def _setup_logging(verbose: bool) -> None:
 
 def _cmd_release(args: argparse.Namespace) -> int:
     from spark_dp.cli.config import load_config
-    from spark_dp.cli.job import run_job
+    from spark_dp.plans import run_config
     from spark_dp.privacy import open_ledger
 
     config = load_config(args.config)  # validated before Spark starts
-    release = run_job(config)
+    release = run_config(config)  # the job path, then output.table if set
     status = open_ledger(config.ledger.uri).status(config.dataset.id)
     summary = {
         "release_id": release.release_id,
@@ -155,6 +158,69 @@ def _add_sketch_commands(sub) -> None:
     p.set_defaults(func=_heavy_hitters)
 
 
+def _add_plan_commands(sub) -> None:
+    """``plan run`` and ``plan status``: scheduled releases (:mod:`spark_dp.plans`)."""
+
+    def _run(args: argparse.Namespace) -> int:
+        from dataclasses import asdict
+
+        from spark_dp.plans import load_plan, run_plan
+        from spark_dp.plans.plan import parse_date
+
+        plan = load_plan(args.plan)
+        results = run_plan(plan, parse_date(args.date), entries=args.entry)
+        print(json.dumps({"plan": plan.name, "date": args.date, "entries": [asdict(r) for r in results]}, indent=2))
+        bad = [r for r in results if r.status in ("refused", "failed")]
+        for r in bad:
+            print(f"spark-dp: {r.status}: entry {r.entry!r}: {r.message}", file=sys.stderr)
+        return 3 if any(r.status == "refused" for r in bad) else (1 if bad else 0)
+
+    def _status(args: argparse.Namespace) -> int:
+        from spark_dp.plans import load_plan, plan_status
+        from spark_dp.plans.plan import parse_date
+
+        plan = load_plan(args.plan)
+        rows = plan_status(plan, on=parse_date(args.date) if args.date else None)
+        if args.json:
+            print(json.dumps([r.to_dict() for r in rows], indent=2))
+            return 0
+        print(f"{'ledger dataset':<36} {'renew':<10} {'entries':<24} {'releases':>8} {'eps spent':>10} "
+              f"{'eps limit':>10} {'eps left':>10} {'delta':>9}")
+        for r in rows:
+            print(f"{r.ledger_dataset:<36} {r.renew:<10} {','.join(r.entries):<24} {r.releases:>8} "
+                  f"{r.epsilon_spent:>10.4f} {r.epsilon_limit:>10.4g} {r.epsilon_left:>10.4f} {r.delta_limit:>9.3g}")
+        return 0
+
+    p = sub.add_parser("plan", help="release plans: recurring releases with per-period budgets")
+    psub = p.add_subparsers(dest="plan_command", required=True)
+    q = psub.add_parser("run", help="run the entries due on a date (idempotent: a re-run returns stored releases)")
+    q.add_argument("plan", help="the plan's YAML file")
+    q.add_argument("--date", required=True, help="the data date, YYYY-MM-DD")
+    q.add_argument("--entry", action="append", help="only this entry (repeatable)")
+    q.set_defaults(func=_run)
+    q = psub.add_parser("status", help="spent and left per budget period")
+    q.add_argument("plan", help="the plan's YAML file")
+    q.add_argument("--date", help="also show the period containing this date (YYYY-MM-DD)")
+    q.add_argument("--json", action="store_true", help="print JSON")
+    q.set_defaults(func=_status)
+
+
+def _add_report_command(sub) -> None:
+    """``report``: a Markdown (or HTML) report of one release with plots (:mod:`spark_dp.report`)."""
+
+    def _report(args: argparse.Namespace) -> int:
+        from spark_dp.report import write_report
+
+        out = write_report(args.release_dir, out=args.out)
+        print(json.dumps({"report": out.path, "plots": out.plots, "privacy": out.privacy}, indent=2))
+        return 0
+
+    p = sub.add_parser("report", help="write a Markdown/HTML report with plots for a release directory")
+    p.add_argument("release_dir", help="the release directory")
+    p.add_argument("--out", help="report file (.md or .html; default RELEASE_DIR/report.md)")
+    p.set_defaults(func=_report)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spark-dp", description="Differentially private releases on Apache Spark.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO")
@@ -169,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_ledger)
     _add_sketch_commands(sub)
+    _add_plan_commands(sub)
+    _add_report_command(sub)
     return parser
 
 

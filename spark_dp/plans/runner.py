@@ -1,0 +1,318 @@
+"""Running a plan for one date, merging sketches, and reporting per-period budgets.
+
+Every release entry goes through the job path (:func:`spark_dp.cli.job.run_job`:
+stored release for a known id, budget dry run before Spark, charge, noise,
+atomic write), so the ledger's guarantees and idempotence hold per entry.
+Merge entries are post-processing of stored releases and charge nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from datetime import date, timedelta
+
+from spark_dp.errors import BudgetExceededError, ConfigError, ReleaseConflictError, SparkDPError
+from spark_dp.plans.plan import Plan, PlanEntry, ledger_dataset_id, period_bounds, period_key
+from spark_dp.release import Release, load_release, write_release, write_release_table
+
+log = logging.getLogger("spark_dp")
+
+
+@dataclass(frozen=True)
+class EntryResult:
+    """What ``plan run`` did with one entry.
+
+    ``status``: ``released`` (new release), ``stored`` (the release existed:
+    returned, nothing charged), ``not_due``, ``refused`` (the period's budget
+    is exhausted; nothing charged or written) or ``failed`` (another error;
+    ``message`` says which).
+    """
+
+    entry: str
+    status: str
+    release_id: str | None = None
+    path: str | None = None
+    ledger_dataset: str | None = None
+    epsilon: float | None = None
+    delta: float | None = None
+    message: str | None = None
+
+
+@contextmanager
+def spark_tag(spark, tag: str):
+    """Tags the Spark jobs started inside (``SparkSession.addTag``: classic and Connect in Spark 4).
+
+    Tags show in the Spark UI's job properties (``spark.job.tags``) and let
+    ``spark.interruptTag(tag)`` cancel a release. Commas are not allowed in
+    tags and are replaced.
+    """
+    tag = tag.replace(",", ";")
+    if spark is None:
+        yield
+        return
+    spark.addTag(tag)
+    try:
+        yield
+    finally:
+        spark.removeTag(tag)
+
+
+def _spark_for(config, spark):
+    if spark is None:
+        from spark_dp.runtime import get_spark
+
+        spark = get_spark(f"spark-dp {config.task}")
+    return spark
+
+
+def run_config(config, *, spark=None, seeds: Release | None = None) -> Release:
+    """Runs one job config through the job path, then publishes to ``output.table`` if set.
+
+    A stored release (known release id) is returned without starting Spark
+    unless a table must be published.
+
+    Args:
+        config: a validated :class:`~spark_dp.cli.config.JobConfig`.
+        spark: the session (default: :func:`spark_dp.runtime.get_spark` when needed).
+        seeds: count_sketch only: reuse this release's hash seeds (so the
+            sketches can be merged).
+    """
+    from spark_dp.cli.job import run_job, session_for
+
+    release = None
+    if config.release_id is not None:
+        release = session_for(config).stored_release(config.release_id, config_sha256=config.sha256)
+    if release is None:
+        needs = config.spec.needs_spark
+        spark = _spark_for(config, spark) if needs else spark
+        tag = f"spark-dp:{config.task}:{config.release_id or config.dataset.id}"
+        log.info("release %s: task %s (%s) on dataset %s", config.release_id or "(new id)", config.task,
+                 config.mechanism, config.dataset.id)
+        with spark_tag(spark if needs else None, tag):
+            release = _run_sketch_with_seeds(config, seeds, spark) if seeds is not None else run_job(config, spark=spark)
+    if config.output.table is not None:
+        spark = _spark_for(config, spark)
+        with spark_tag(spark, f"spark-dp:publish:{release.release_id}"):
+            write_release_table(spark, release, config.output.table, format=config.output.format)
+    return release
+
+
+def _run_sketch_with_seeds(config, seeds: Release, spark) -> Release:
+    """The count_sketch job with the hash seeds of ``seeds``.
+
+    The job path of task count_sketch does not take seeds yet, so this
+    mirrors :mod:`spark_dp.cli.task_count_sketch`'s run (same session, same
+    dry run before Spark, same API call) adding ``seeds=``.
+    """
+    from spark_dp.aggregates import read_dataset
+    from spark_dp.cli.job import plan_events, session_for
+    from spark_dp.sketch.api import count_sketch
+
+    session = session_for(config)
+    session.ledger.check(config.dataset.id, plan_events(config), session.limit)
+    ds, p = config.dataset, config.params
+    hh = p.get("heavy_hitters") or {}
+    if hh.get("candidates") is not None or hh.get("levels") is not None:
+        raise ConfigError("Sketches that a plan merges cannot use params.heavy_hitters.candidates or levels.")
+    ex = ds.extra
+    df = read_dataset(spark, ds.path, ds.format, ds.options)
+    return count_sketch(
+        session, df, ds.columns[0], epsilon=config.privacy.epsilon, delta=config.privacy.delta,
+        mechanism=config.mechanism, repetitions=p.get("repetitions", 15), buckets=p.get("buckets", 65536),
+        weight=ex.get("weight"), privacy_unit=ds.privacy_unit, max_items_per_unit=ex.get("max_items_per_unit", 1),
+        unit_clipping=ex.get("unit_clipping", "l1"), unit_l2_bound=ex.get("unit_l2_bound"),
+        nulls=ex.get("nulls", "item"), nonfinite=ds.nonfinite, domain=p.get("domain"), top=hh.get("top") or 50,
+        threshold=hh.get("threshold"), seeds=seeds, release_id=config.release_id, config_sha256=config.sha256,
+    )
+
+
+def _days(start: date, end: date) -> list[date]:
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def _stored(plan: Plan, entry: PlanEntry, d: date) -> Release | None:
+    """The stored release of ``entry`` for ``d``, or None (never charged or never written)."""
+    from spark_dp.cli.job import session_for
+
+    config = plan.job_config(entry, d, check_paths=False)
+    charge = session_for(config).ledger.lookup(config.release_id)
+    if charge is None or charge.location is None or not os.path.isfile(os.path.join(charge.location, "manifest.json")):
+        return None
+    return load_release(charge.location)
+
+
+def _merge_for(plan: Plan, entry: PlanEntry) -> PlanEntry | None:
+    return next((e for e in plan.entries if e.kind == "merge" and e.source == entry.name), None)
+
+
+def _seed_anchor(plan: Plan, entry: PlanEntry, d: date) -> Release | None:
+    """For a merge's source: a stored release of another day of the same merge period (None: fresh seeds).
+
+    Days of a merge period must share hash seeds for their sketches to add
+    up. The first day of the period to be released draws fresh seeds; every
+    other day reuses them, in whatever order days run (backfills included).
+    The anchor matters only for a new release: a re-run returns the stored
+    release before any seeds are used. Two days of one period released
+    concurrently, before either is stored, would both draw fresh seeds (the
+    merge then refuses); run a period's days one after another.
+    """
+    merge = _merge_for(plan, entry)
+    if merge is None or entry.config.get("mechanism") == "histogram":
+        return None
+    start, end = period_bounds(merge.schedule, d)
+    for day in _days(start, end):
+        if day == d:
+            continue
+        rel = _stored(plan, entry, day)
+        if rel is not None:
+            return rel
+    return None
+
+
+def _result(entry: PlanEntry, release: Release, ledger_ds: str | None) -> EntryResult:
+    return EntryResult(entry.name, "stored" if release.reused else "released", release.release_id, release.path,
+                       ledger_ds, release.privacy.get("epsilon"), release.privacy.get("delta"))
+
+
+def run_merge(plan: Plan, entry: PlanEntry, d: date) -> Release:
+    """Sums the source entry's sketches over ``entry``'s period containing ``d`` (no charge).
+
+    Raises:
+        ConfigError: a day of the period has no stored release, or the parts do not match.
+    """
+    from spark_dp.sketch.merge import merge_sketches
+
+    source = plan.entry(entry.source)
+    start, end = period_bounds(entry.schedule, d)
+    rid = entry.release_id(plan.name, d)
+    probe = plan.job_config(source, start, check_paths=False)
+    root = probe.output.path
+    final = os.path.join(root, rid)
+    if os.path.isfile(os.path.join(final, "manifest.json")):
+        rel = load_release(final)
+        rel.reused = True
+        return rel
+    parts, missing = [], []
+    for day in _days(start, end):
+        rel = _stored(plan, source, day)
+        (parts.append(rel) if rel is not None else missing.append(day.isoformat()))
+    if missing:
+        raise ConfigError(f"Merge {entry.name!r} for {period_key(entry.schedule, d)} needs a release of "
+                          f"{source.name!r} for every day; missing: {', '.join(missing)}.")
+    base_id = source.config["dataset"]["id"]
+    ledger_ids = [p.manifest["dataset_id"] for p in parts]
+    # Per-period budgets give each day its own ledger dataset id; the parts are about one dataset.
+    same = [replace(p, manifest={**p.manifest, "dataset_id": base_id}) for p in parts]
+    merged = merge_sketches(same, release_id=rid)
+    merged.manifest["plan"] = {"plan": plan.name, "entry": entry.name, "period": period_key(entry.schedule, d),
+                               "from": source.name, "parts_ledger_datasets": ledger_ids,
+                               "charged": "nothing (post-processing of the parts)"}
+    write_release(merged, root)
+    log.info("merge %s: %d releases of %s summed into %s (no charge)", entry.name, len(parts), source.name, final)
+    return merged
+
+
+def run_plan(plan: Plan, d: date, *, spark=None, entries: list[str] | None = None) -> list[EntryResult]:
+    """Runs the entries of ``plan`` due on data date ``d`` (release entries first, then merges).
+
+    Every due entry's config is built and validated before anything runs,
+    so a bad plan fails before Spark starts and before any charge. A budget
+    refusal of one entry does not stop the others.
+
+    Args:
+        plan: a loaded plan.
+        d: the data date.
+        spark: the session (default: obtained when a release needs it).
+        entries: only these entries (default: all).
+    """
+    chosen = [plan.entry(n) for n in entries] if entries else list(plan.entries)
+    due = [e for e in chosen if e.is_due(d)]
+    configs = {e.name: plan.job_config(e, d) for e in due if e.kind == "release"}
+    results = [EntryResult(e.name, "not_due") for e in chosen if not e.is_due(d)]
+    ordered = [e for e in due if e.kind == "release"] + [e for e in due if e.kind == "merge"]
+    for i, e in enumerate(ordered, 1):
+        log.info("plan %s, %s: entry %d/%d %r (%s)", plan.name, d.isoformat(), i, len(ordered), e.name, e.kind)
+        try:
+            if e.kind == "merge":
+                rel = run_merge(plan, e, d)
+                results.append(_result(e, rel, None))
+                continue
+            config = configs[e.name]
+            anchor = _seed_anchor(plan, e, d)
+            rel = run_config(config, spark=spark, seeds=anchor)
+            results.append(_result(e, rel, config.dataset.id))
+        except BudgetExceededError as exc:
+            results.append(EntryResult(e.name, "refused", e.release_id(plan.name, d),
+                                       ledger_dataset=configs[e.name].dataset.id, message=str(exc)))
+        except (ConfigError, ReleaseConflictError, SparkDPError) as exc:
+            results.append(EntryResult(e.name, "failed", e.release_id(plan.name, d), message=str(exc)))
+        log.info("plan %s, %s: entry %r %s", plan.name, d.isoformat(), e.name, results[-1].status)
+    order = {e.name: i for i, e in enumerate(chosen)}
+    return sorted(results, key=lambda r: order[r.entry])
+
+
+@dataclass(frozen=True)
+class PeriodStatus:
+    """Spent and left of one ledger dataset (a period's budget, or a lifetime one)."""
+
+    dataset: str
+    ledger_dataset: str
+    period: str | None
+    renew: str
+    entries: tuple[str, ...]
+    releases: int
+    epsilon_spent: float
+    epsilon_limit: float
+    epsilon_left: float
+    delta_limit: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_status(plan: Plan, *, on: date | None = None) -> list[PeriodStatus]:
+    """Spent/left per period for every dataset of the plan (from the ledger).
+
+    Lists every period the ledger has for each dataset, plus the period
+    containing ``on`` (also when nothing was spent in it yet).
+    """
+    import re
+
+    from spark_dp.privacy import open_ledger
+
+    ref = on or date.today()
+    groups: dict[tuple[str, str], list[PlanEntry]] = {}
+    uris: dict[tuple[str, str], str] = {}
+    for e in plan.entries:
+        if e.kind != "release":
+            continue
+        cfg = plan.job_dict(e, ref)
+        base = e.config["dataset"]["id"]
+        key = (cfg["ledger"]["uri"], base)
+        groups.setdefault(key, []).append(e)
+        uris[key] = cfg["ledger"]["uri"]
+    out: list[PeriodStatus] = []
+    for (uri, base), ents in groups.items():
+        b = ents[0].budget
+        ledger = open_ledger(uri)
+        if b.renew == "never":
+            wanted = {base: None}
+        else:
+            pat = re.compile(re.escape(base) + r"@(\d{4}-(?:W\d{2}|\d{2}(?:-\d{2})?))$")
+            wanted = {s.dataset_id: m.group(1) for s in ledger.status() if (m := pat.match(s.dataset_id))}
+            if on is not None:
+                wanted.setdefault(ledger_dataset_id(ents[0], base, on), period_key(b.period, on))
+        for ds_id in sorted(wanted):
+            rows = ledger.status(ds_id)
+            if rows:
+                s = rows[0]
+                spent, limit, n = s.spent_epsilon, s.limit, s.releases
+                left, eps_lim, d_lim = s.remaining_epsilon, limit.epsilon, limit.delta
+            else:
+                spent, n, left, eps_lim, d_lim = 0.0, 0, b.epsilon, b.epsilon, b.delta
+            out.append(PeriodStatus(base, ds_id, wanted[ds_id], b.renew, tuple(e.name for e in ents), n,
+                                    spent, eps_lim, left, d_lim))
+    return out
