@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from chispa import assert_df_equality
 from pyspark.ml.linalg import Vectors
@@ -29,7 +30,7 @@ def data():
 
 
 def test_columns_match_numpy(spark, data):
-    df = spark.createDataFrame([tuple(map(float, r)) for r in data], [f"c{i}" for i in range(6)]).repartition(3)
+    df = spark.createDataFrame(pd.DataFrame(data, columns=[f"c{i}" for i in range(6)])).repartition(3)
     got = gram_matrix(df, [f"c{i}" for i in range(6)], norm_bound=2.0)
     Xc = _clipped(data, 2.0)
     assert _rel_err(got, Xc.T @ Xc) < 1e-9
