@@ -1,12 +1,19 @@
-"""Build throughput of the CountSketch: Spark SQL vs DataSketches vs a Python UDF.
+"""Build throughput of the CountSketch: Arrow kernel vs Spark SQL vs DataSketches vs a Python UDF.
 
-    .venv/bin/python -m benchmarks.sketch [--n 10000000] [--udf-n 1000000]
+    .venv/bin/python -m benchmarks.sketch [--n 10000000] [--udf-n 1000000] [--quick]
+
+``--quick``: 10⁶ items, 10⁵ for the UDF, one run (a smoke test of the script).
 
 Items: n draws from a Zipf law (a = 1.2) over 10⁶ distinct strings, k = 7,
 b = 2¹⁶, local[2]. Compared in the same run:
 
-* ``sketch_table`` (Spark SQL: explode of k (rep, pmod(xxhash64), sign) structs,
-  groupBy(rep, bucket).sum), with and without pre-aggregation by item;
+* ``sketch_table(method="arrow")`` (the default): ``mapInArrow`` kernel with a
+  vectorised XXH64 over the Arrow string buffers and ``np.bincount`` partials,
+  with and without per-chunk pre-aggregation by item;
+* the same kernel on the items already in memory (numpy/Arrow, one core, no
+  Spark): the kernel's own speed, without Parquet reading and JVM → Arrow;
+* ``sketch_table(method="sql")`` (Spark SQL: explode of k (rep, pmod(xxhash64),
+  sign) structs, groupBy(rep, bucket).sum), with and without pre-aggregation;
 * Apache DataSketches' frequent-items sketch (``frequent_strings_sketch``,
   Python package, single core, one ``update`` per item);
 * a naive Python-UDF build (blake2b per item and repetition, explode,
@@ -57,12 +64,16 @@ def main(argv=None) -> int:
     ap.add_argument("--udf-n", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks_sketch.md"))
+    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.n, args.udf_n, args.repeat = 1_000_000, 100_000, 1
     k, b = 7, 1 << 16
 
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
+    from spark_dp.aggregates import sketch as sk
     from spark_dp.aggregates.sketch import sketch_table
     from spark_dp.runtime import get_spark
 
@@ -75,12 +86,45 @@ def main(argv=None) -> int:
 
     spark = get_spark("sketch-bench", master="local[2]", conf={"spark.sql.shuffle.partitions": "4"})
     df = spark.read.parquet(path)
-    sketch_table(spark.read.parquet(udf_path), "item", seeds=seeds, buckets=b)  # warm-up (JIT, workers)
+    for method in ("arrow", "sql"):  # warm-up (JIT, Python workers)
+        sketch_table(spark.read.parquet(udf_path), "item", seeds=seeds, buckets=b, method=method)
     rows = {}
-    rows["Spark SQL, pre-aggregated by item (default)"] = timed(
-        lambda: sketch_table(df, "item", seeds=seeds, buckets=b, preaggregate=True), args.repeat)
+    ref = sketch_table(df, "item", seeds=seeds, buckets=b, method="sql")
+    same = np.array_equal(ref, sketch_table(df, "item", seeds=seeds, buckets=b, method="arrow"))
+    print("Arrow kernel table == SQL table:", same)
+    rows["Arrow kernel, pre-aggregated per chunk (default)"] = timed(
+        lambda: sketch_table(df, "item", seeds=seeds, buckets=b, method="arrow"), args.repeat)
+    rows["Arrow kernel, every row hashed"] = timed(
+        lambda: sketch_table(df, "item", seeds=seeds, buckets=b, method="arrow", preaggregate=False), args.repeat)
+    old = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(1 << 17))
+    rows["Arrow kernel, default, Arrow batches of 2¹⁷ rows (session conf)"] = timed(
+        lambda: sketch_table(df, "item", seeds=seeds, buckets=b, method="arrow"), args.repeat)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", old)
+
+    def transfer_only(batches):  # what Spark's Parquet → Arrow → Python path costs by itself
+        n = 0
+        for batch in batches:
+            n += batch.num_rows
+        yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], names=["n"])
+
+    rows["(floor) mapInArrow that only counts rows: Parquet → JVM → Arrow → Python"] = timed(
+        lambda: df.select("item").mapInArrow(transfer_only, "n long").toArrow(), args.repeat)
+    rows["Spark SQL, pre-aggregated by item"] = timed(
+        lambda: sketch_table(df, "item", seeds=seeds, buckets=b, method="sql", preaggregate=True), args.repeat)
     rows["Spark SQL, explode every row"] = timed(
-        lambda: sketch_table(df, "item", seeds=seeds, buckets=b, preaggregate=False), args.repeat)
+        lambda: sketch_table(df, "item", seeds=seeds, buckets=b, method="sql", preaggregate=False), args.repeat)
+
+    # The kernel alone, in this process on one core: Arrow batches already in memory.
+    batches = pq.read_table(path).combine_chunks().to_batches(max_chunksize=10_000)
+    kernel = sk._SketchKernel("string", seeds, b, signed=True, weighted=False, preaggregate=True, dense=True)
+
+    def in_memory():
+        out = list(kernel(iter(batches)))
+        return out
+
+    rows["Arrow kernel alone, items in memory (no Spark)"] = timed(in_memory, args.repeat)
+    del batches
 
     # DataSketches frequent items, one core: only the update loop is timed.
     from datasketches import frequent_strings_sketch
@@ -123,13 +167,14 @@ def main(argv=None) -> int:
         f"## CountSketch build: {args.n:.0e} Zipf strings (10⁶ vocabulary), k = {k}, b = 2¹⁶",
         "",
         "`benchmarks/sketch.py`, local[2] (2 cores) on a shared machine; medians of "
-        f"{args.repeat} runs. Throughput per core = items / (seconds × cores).",
+        f"{args.repeat} runs. Throughput per core = items / (seconds × cores). "
+        f"Arrow kernel table == SQL table in this run: {same}.",
         "",
         "| build | cores | seconds | items/s per core | per-core throughput vs DataSketches |",
         "|---|---|---|---|---|",
     ]
     for name, t in rows.items():
-        cores = 1 if "DataSketches" in name else 2
+        cores = 1 if ("DataSketches" in name or "no Spark" in name) else 2
         per_core = args.n / (t * cores)
         lines.append(f"| {name} | {cores} | {t:.2f} | {per_core:,.0f} | {per_core / (args.n / ds_t):.2f}× |")
     text = "\n".join(lines) + "\n"

@@ -19,6 +19,13 @@ and a null item leaves the chained hash unchanged (``xxhash64(sᵢ)`` alone).
 XXH64 is Collet's xxHash64 (the reference algorithm; Spark's
 ``org.apache.spark.sql.catalyst.expressions.XXH64``).
 
+The Arrow build kernel needs the same hash vectorised over whole Arrow
+arrays; the aggregates layer cannot import this (family) package, so that
+copy lives in :func:`spark_dp.aggregates.sketch.xxh64_string_columns` /
+:func:`~spark_dp.aggregates.sketch.spark_xxhash64_array`. This module stays
+the scalar reference: ``tests/test_sketch_kernel.py`` checks Spark, this
+module and the vectorised copy agree bit for bit.
+
 Privacy never depends on the seeds (the noise covers any hash function);
 they are secret until release only so that data cannot be chosen to collide.
 """
