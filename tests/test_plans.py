@@ -90,7 +90,7 @@ def test_due_dates_and_release_ids(tmp_path):
     plan = plan_from_dict({"plan": "p", "entries": [
         _cov_entry("db.t"), _sketch_entry("db.t"),
         {"name": "w", "kind": "merge", "schedule": "weekly", "from": "queries"},
-        {"name": "m", "kind": "merge", "schedule": "monthly", "on": 15, "from": "cov"},
+        {"name": "m", "kind": "merge", "schedule": "monthly", "due": 15, "from": "cov"},
     ][:3]})
     cov, _, w = plan.entries
     assert all(cov.is_due(d) for d in WEEK)
@@ -122,7 +122,7 @@ def _bad(entries, **top):
             "budget": {"epsilon": 1, "delta": 1e-5, "renew": "per_period", "period": "daily"}}]),
      "entries.cov.budget.period"),
     (_bad([{**_cov_entry("db.t"), "schedule": "hourly"}]), "entries.cov.schedule"),
-    (_bad([{**_cov_entry("db.t"), "schedule": "weekly", "on": "funday"}]), "entries.cov.on"),
+    (_bad([{**_cov_entry("db.t"), "schedule": "weekly", "due": "funday"}]), "entries.cov.due"),
     (_bad([{**_cov_entry("db.t"), "config": "x.yaml"}]), "exactly one of 'entries.cov.config'"),
     (_bad([{**_cov_entry("db.t"), "colour": 1}]), "entries[0].colour"),
     (_bad([_cov_entry("db.t"), _cov_entry("db.t")]), "appears twice"),
@@ -223,6 +223,9 @@ def test_daily_plan_is_idempotent_and_refuses_when_the_period_is_spent(spark, tm
     assert cli_main(["plan", "status", path]) == 0
     text = capsys.readouterr().out
     assert "shop.events@2026-11-23" in text and "per_period" in text and "cov,cov_again" in text
+    # The ledger command reads either backend (a PostgreSQL URI has no file to check).
+    assert cli_main(["ledger", "--uri", any_ledger_uri, "--dataset", "shop.events@2026-11-24", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["releases"] == 1
 
 
 def test_lifetime_budget_does_not_renew(spark, tmp_path, events_table, capsys):
@@ -275,3 +278,27 @@ def test_weekly_merge_sums_the_dailies_at_no_new_cost(spark, tmp_path, events_ta
     # Re-running Sunday returns the stored weekly sketch.
     again = {r.entry: r for r in run_plan(plan, WEEK[6])}
     assert again["queries_weekly"].status == "stored" and again["queries_weekly"].path == weekly.path
+
+
+def test_shipped_plans_are_valid():
+    import glob
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = sorted(glob.glob(os.path.join(root, "conf", "plan_*.yaml")))
+    assert paths
+    for path in paths:
+        plan = load_plan(path)
+        for e in plan.entries:
+            if e.kind == "release":
+                cfg = plan.job_config(e, WEEK[6], check_paths=False)
+                assert cfg.release_id == f"{plan.name}.{e.name}.{e.period(WEEK[6])}"
+
+
+def test_spark_tag_is_added_and_removed(spark):
+    from spark_dp.plans.runner import spark_tag
+
+    with spark_tag(spark, "spark-dp:t,1"):
+        assert "spark-dp:t;1" in spark.getTags()  # commas are not allowed in tags
+        spark.range(3).count()
+    assert "spark-dp:t;1" not in spark.getTags()

@@ -58,9 +58,10 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     from spark_dp.privacy.ledger import sqlite_path_from_uri
     import os
 
-    path = sqlite_path_from_uri(args.uri)
-    if not os.path.isfile(path) and not args.set_limit:
-        raise SparkDPError(f"Ledger {args.uri!r} does not exist.")
+    if not args.uri.startswith(("postgresql://", "postgres://")):  # a PostgreSQL ledger is created on first use
+        path = sqlite_path_from_uri(args.uri)
+        if not os.path.isfile(path) and not args.set_limit:
+            raise SparkDPError(f"Ledger {args.uri!r} does not exist.")
     ledger = open_ledger(args.uri)
     if args.set_limit:
         if not args.dataset:

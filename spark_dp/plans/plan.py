@@ -17,13 +17,13 @@ schedule, with a budget, or a ``merge`` of another entry's sketches::
         inline: {task: count_sketch, dataset: {id: logs.queries, table: logs.q, where: "ds = '${date}'", ...}, ...}
       - name: queries_weekly
         kind: merge                  # sum of the week's daily sketches: no new privacy cost
-        schedule: weekly             # due on Sundays (on: sunday), for the ISO week
+        schedule: weekly             # due on Sundays (due: sunday), for the ISO week
         from: queries
 
 **Dates.** ``spark-dp plan run PLAN --date D`` runs the entries due on the
-data date D: daily entries every day; weekly ones on their ``on`` weekday
+data date D: daily entries every day; weekly ones on their ``due`` weekday
 (default ``sunday``, the last day of the ISO week); monthly ones on their
-``on`` day (default ``last``). String values of a config may use
+``due`` day of the month (default ``last``). String values of a config may use
 ``${date}``, ``${period}``, ``${period_start}`` and ``${period_end}`` (ISO
 dates of the entry's schedule period containing D); ``$$`` is a literal ``$``.
 
@@ -65,7 +65,7 @@ RENEW = ("per_period", "never")
 KINDS = ("release", "merge")
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 PLAN_KEYS = ("plan", "ledger", "output", "entries")
-ENTRY_KEYS = ("name", "kind", "schedule", "on", "budget", "config", "inline", "from")
+ENTRY_KEYS = ("name", "kind", "schedule", "due", "budget", "config", "inline", "from")
 BUDGET_KEYS = ("epsilon", "delta", "renew", "period")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _RANK = {"daily": 0, "weekly": 1, "monthly": 2}
@@ -122,7 +122,7 @@ class PlanEntry:
     name: str
     kind: str
     schedule: str
-    on: str | int
+    due: str | int  # weekly: a weekday; monthly: a day of the month or 'last'
     budget: EntryBudget | None
     config: dict | None  # the raw job config (templates not yet filled), release entries only
     source: str | None  # merge entries: the entry whose releases are summed
@@ -132,9 +132,9 @@ class PlanEntry:
         if self.schedule == "daily":
             return True
         if self.schedule == "weekly":
-            return d.weekday() == WEEKDAYS.index(self.on)
+            return d.weekday() == WEEKDAYS.index(self.due)
         last = calendar.monthrange(d.year, d.month)[1]
-        return d.day == (last if self.on == "last" else min(int(self.on), last))
+        return d.day == (last if self.due == "last" else min(int(self.due), last))
 
     def period(self, d: date) -> str:
         return period_key(self.schedule, d)
@@ -235,17 +235,17 @@ def _entry(raw: Any, i: int, base_dir: str) -> PlanEntry:
     if raw.get("schedule") is None:
         raise ConfigError(f"Missing required key '{key}.schedule' in {OWNER}.")
     schedule = V.check_option(f"{key}.schedule", raw["schedule"], SCHEDULES, owner=OWNER)
-    on: str | int = raw.get("on")
+    due: str | int = raw.get("due")  # not 'on': YAML 1.1 reads a key 'on' as the boolean true
     if schedule == "daily":
-        if on is not None:
-            raise ConfigError(f"The '{key}.on' parameter does not apply to a daily schedule.")
-        on = ""
+        if due is not None:
+            raise ConfigError(f"The '{key}.due' parameter does not apply to a daily schedule.")
+        due = ""
     elif schedule == "weekly":
-        on = V.check_option(f"{key}.on", "sunday" if on is None else on, WEEKDAYS, owner=OWNER)
-    elif on is None or on == "last":
-        on = "last"
+        due = V.check_option(f"{key}.due", "sunday" if due is None else due, WEEKDAYS, owner=OWNER)
+    elif due is None or due == "last":
+        due = "last"
     else:
-        on = V.check_int(f"{key}.on", on, owner=OWNER, low=1, high=31)
+        due = V.check_int(f"{key}.due", due, owner=OWNER, low=1, high=31)
 
     if kind == "merge":
         for k in ("budget", "config", "inline"):
@@ -253,7 +253,7 @@ def _entry(raw: Any, i: int, base_dir: str) -> PlanEntry:
                 raise ConfigError(f"The '{key}.{k}' parameter does not apply to a merge entry (it costs no budget).")
         if raw.get("from") is None:
             raise ConfigError(f"Missing required key '{key}.from' in {OWNER} (the entry whose sketches are merged).")
-        return PlanEntry(name, kind, schedule, on, None, None, _name(f"{key}.from", raw["from"]))
+        return PlanEntry(name, kind, schedule, due, None, None, _name(f"{key}.from", raw["from"]))
 
     if raw.get("from") is not None:
         raise ConfigError(f"The '{key}.from' parameter applies to merge entries only.")
@@ -303,7 +303,7 @@ def _entry(raw: Any, i: int, base_dir: str) -> PlanEntry:
         if lg.get(k) is not None and lg[k] != v:
             raise ConfigError(f"Plan entry {name!r}: 'ledger.{k}' = {lg[k]!r} in its job config differs from "
                               f"the entry's budget ({v!r}); the plan's budget is the limit, remove it.")
-    return PlanEntry(name, kind, schedule, on, budget, copy.deepcopy(config), None)
+    return PlanEntry(name, kind, schedule, due, budget, copy.deepcopy(config), None)
 
 
 def _read_yaml(path: str, *, what: str) -> Any:

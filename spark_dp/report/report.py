@@ -42,7 +42,12 @@ class Report:
 
 
 def _plt():
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        from spark_dp.errors import ConfigError
+
+        raise ConfigError("spark-dp report needs matplotlib: pip install 'spark-dp[plots]'.") from None
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
