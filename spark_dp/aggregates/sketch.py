@@ -168,7 +168,7 @@ def xxh64_long_columns(values: np.ndarray, states: np.ndarray) -> np.ndarray:
     v = np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)
     states = np.asarray(states, dtype=np.uint64)
     h = np.empty((states.size, v.size), dtype=np.uint64)
-    h[:] = (states + _U(8)) [:, None] + _P5  # seed + P5 + 8, wrapping
+    h[:] = (states + _U(8))[:, None] + _P5  # seed + P5 + 8, wrapping
     tmp = np.empty_like(h)
     h ^= _round0(v)
     _rotl_(h, 27, tmp)
