@@ -1,9 +1,17 @@
-"""spark-dp: differentially private summaries of large datasets on Apache Spark."""
+"""spark-dp: differentially private summaries of large datasets on Apache Spark.
+
+``DPSession`` (which imports pyspark) is loaded on first use, so the privacy
+layer and the ledger tools import without Spark.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from spark_dp._version import __version__
 from spark_dp.errors import BudgetExceededError, ConfigError, ReleaseConflictError, SchemaError, SparkDPError
 from spark_dp.release import Release, load_release
-from spark_dp.session import DPSession
+
+if TYPE_CHECKING:
+    from spark_dp.session import DPSession
 
 __all__ = [
     "BudgetExceededError",
@@ -16,3 +24,11 @@ __all__ = [
     "__version__",
     "load_release",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DPSession":
+        from spark_dp.session import DPSession
+
+        return DPSession
+    raise AttributeError(f"module 'spark_dp' has no attribute {name!r}")
