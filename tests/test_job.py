@@ -212,3 +212,19 @@ def test_kill_before_charge_costs_nothing(tmp_path):
     proc = _run_job_subprocess(_write_config(tmp_path, _config(tmp_path)), "after_check")
     assert proc.returncode == -9
     assert _charges(tmp_path) == 0 and _written(tmp_path) == []
+
+
+def test_kill_after_charge_on_the_postgres_ledger(spark, tmp_path, capsys, postgres_base):
+    from tests._postgres import create_database
+
+    uri = create_database(postgres_base, "crash_after_charge")
+    _write_data(tmp_path / "data.parquet")
+    path = _write_config(tmp_path, _config(tmp_path, **{"ledger.uri": uri}))
+    proc = _run_job_subprocess(path, "after_charge")
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    charge = open_ledger(uri).lookup("job-001")
+    assert charge is not None and not charge.written
+    assert [d for d in _written(tmp_path) if not d.startswith(".")] == []
+    assert cli_main(["release", path]) == 2
+    assert "charge stands" in capsys.readouterr().err
+    assert open_ledger(uri).status("t.points")[0].releases == 1
