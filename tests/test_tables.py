@@ -160,3 +160,13 @@ def test_release_rows_and_wrong_tables(spark, db, tmp_path):
     assert write_release_table(spark, rel, f"{db}.mixed") is True
     assert write_release_table(spark, rel, f"{db}.mixed") is False
     assert spark.table(f"{db}.mixed").count() == 11
+
+
+def test_delta_without_the_delta_runtime_is_a_clean_error(spark, db):
+    """Plain Spark here has no Delta Lake: the table writer says so (Delta itself is untested here)."""
+    from spark_dp.release import Release
+
+    rel = Release("r-delta", {"v": np.arange(2.0)}, {"dataset_id": "d", "task": "x", "mechanism": "y"})
+    with pytest.raises(ConfigError, match="Delta Lake runtime"):
+        write_release_table(spark, rel, f"{db}.delta_out", format="delta")
+    assert not spark.catalog.tableExists(f"{db}.delta_out")
