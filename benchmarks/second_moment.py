@@ -242,7 +242,12 @@ def table(results: dict[tuple[int, int], list[dict]], meta: dict) -> str:
                 f"{by['dp_numpy']['wall'] / k:.2f}×, sampler `secure` {by['dp_secure']['wall'] / k:.2f}×. "
                 f"Speed-ups (time ratios): new kernel over the previous one (cached) "
                 f"{by['baseline']['wall'] / k:.2f}×; `gram_matrix_parquet` over `gram_matrix(spark.read.parquet)` "
-                f"{by['sparkread']['wall'] / by['direct']['wall']:.2f}×.", ""]
+                f"{by['sparkread']['wall'] / by['direct']['wall']:.2f}×.",
+                f"Same ratios in CPU-seconds (less load-sensitive): DP ÷ kernel `numpy` "
+                f"{by['dp_numpy']['cpu'] / by['cached']['cpu']:.2f}×, `secure` {by['dp_secure']['cpu'] / by['cached']['cpu']:.2f}×; "
+                f"numpy 1-thread CPU ÷ kernel CPU {by['numpy1']['cpu'] / by['cached']['cpu']:.2f} (cached), "
+                f"{by['numpy1']['cpu'] / by['direct']['cpu']:.2f} (direct Parquet); "
+                f"floor ÷ kernel CPU {by['floor']['cpu'] / by['cached']['cpu']:.2f}.", ""]
     out.append(END)
     return "\n".join(out)
 

@@ -20,8 +20,8 @@ NAN = float("nan")
 def _clipped(X, B):
     s = np.max(np.abs(X), axis=1, keepdims=True)
     s = np.where(s > 0, s, 1.0)
-    n = s * np.linalg.norm(X / s, axis=1, keepdims=True)  # no overflow for huge finite rows
-    return X * np.minimum(1.0, B / np.where(n > 0, n, 1.0))
+    n = np.linalg.norm(X / s, axis=1, keepdims=True)  # the norm is s·n, which may overflow
+    return (X / s) * np.minimum(s, (B / np.where(n > 0, n, 1.0)))
 
 
 def _rel_err(a, b):
@@ -72,6 +72,7 @@ def test_accumulator_matches_numpy_across_chunks(monkeypatch, nonfinite):
     X = rng.normal(size=(500, 5)) * rng.uniform(0.1, 3, size=(500, 1))
     X[[4, 70, 200], [0, 3, 1]] = [NAN, np.inf, -np.inf]
     X[300] = 1e300  # finite, but its squared norm overflows: clipped, never dropped
+    X[301] = [1.7e308, -1.7e308, 1e308, 0.0, 1.0]  # even its norm overflows
     acc = GramAccumulator(5, 1.5, nonfinite)
     acc.add(X[:123])
     acc.add(np.empty((0, 5)))

@@ -177,7 +177,21 @@ class GramAccumulator:
     def _nonfinite_rows(self, x: np.ndarray, sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Slow path: applies the policy to rows holding NaN/±inf; exact norms for overflowing rows."""
         x = apply_nonfinite(x, self.nonfinite)
-        return x, row_norms(x)
+        with np.errstate(over="ignore"):
+            sq = np.einsum("ij,ij->i", x, x)
+        huge = ~np.isfinite(sq)  # finite entries whose squares overflow
+        if not huge.any():
+            return x, np.sqrt(sq)
+        # Their norm is above 1e154, so they are clipped: divide each by its
+        # largest |entry| (its norm is then in [1, √d]) and scale it to norm B.
+        # (A bound B that large is not meaningful: such squares overflow anyway.)
+        x = np.array(x, copy=True)
+        sub = x[huge]
+        sub /= np.max(np.abs(sub), axis=1)[:, None]
+        sub *= (self.norm_bound / np.sqrt(np.einsum("ij,ij->i", sub, sub)))[:, None]
+        x[huge] = sub
+        sq[huge] = np.einsum("ij,ij->i", sub, sub)
+        return x, np.sqrt(sq)
 
     def _syrk(self, x: np.ndarray) -> None:
         from scipy.linalg.blas import dsyrk
