@@ -220,3 +220,55 @@ def test_arrow_batch_cap_is_scoped_to_the_call(spark):
         assert spark.conf.get(key) == "1000000"  # a user's own cap is left alone
     finally:
         spark.conf.unset(key)
+
+
+# -- Spark Connect ---------------------------------------------------------------------
+
+CONNECT_CLIENT = r'''
+import json, sys
+import numpy as np
+from pyspark import SparkContext
+from pyspark.sql.connect.session import SparkSession as ConnectSession
+from spark_dp.aggregates import gram_matrix
+from spark_dp.aggregates.gram import gram_matrix_parquet
+from spark_dp.runtime import get_spark
+
+path = sys.argv[1]
+spark = get_spark()
+assert isinstance(spark, ConnectSession)
+X = np.random.default_rng(2).normal(size=(300, 3))
+spark.createDataFrame([(list(map(float, r)),) for r in X], "x array<double>").write.parquet(path)
+a = gram_matrix(spark.read.parquet(path), ["x"], norm_bound=1.0, dimension=3)
+import spark_dp.aggregates.gram as G
+def no_fallback(*args, **kwargs):
+    raise AssertionError("the Spark reader was used")
+G.gram_matrix = no_fallback
+b = gram_matrix_parquet(path, ["x"], norm_bound=1.0, dimension=3)
+assert spark.conf.get("spark.sql.execution.arrow.maxBytesPerBatch", None) is None
+assert SparkContext._active_spark_context is None, "a SparkContext was started"
+n = np.linalg.norm(X, axis=1, keepdims=True)
+C = X * np.minimum(1.0, 1.0 / n)
+print(json.dumps({"a": float(np.max(np.abs(a - C.T @ C))), "b": float(np.max(np.abs(b - C.T @ C)))}))
+'''
+
+
+def test_both_paths_over_spark_connect(tmp_path):
+    import json
+    import sys
+
+    from tests._servers import ConnectServer, run_client, spark_env
+
+    server = ConnectServer(tmp_path / "connect-server", python=sys.executable)
+    try:
+        server.start()
+        script = tmp_path / "client.py"
+        script.write_text(CONNECT_CLIENT)
+        env = spark_env(tmp_path / "client-local", SPARK_REMOTE=server.url)
+        run = run_client([sys.executable, str(script), str(tmp_path / "data")], env=env, cwd=tmp_path / "client",
+                         name="gram-connect")
+        assert run.returncode == 0, run.describe(server)
+        out = json.loads(run.stdout.strip().splitlines()[-1])
+        assert out["a"] < 1e-9 and out["b"] < 1e-9
+    finally:
+        server.stop()
+    assert not server.leftovers()
