@@ -9,6 +9,7 @@ and Spark Connect alike.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from urllib.parse import urlparse
@@ -16,6 +17,8 @@ from urllib.parse import urlparse
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_dp.errors import ConfigError, SchemaError
+
+log = logging.getLogger("spark_dp")
 
 FORMATS = ("parquet", "csv", "json", "orc")
 TABLE = "table"
@@ -37,6 +40,7 @@ def read_table(spark: SparkSession, name: str, where: str | None = None) -> Data
             names unknown columns (public facts, raised before any charge).
     """
     check_table_name(name)
+    log.info("reading table %s%s", name, f" where {where}" if where else "")  # public: names, never counts
     try:
         df = spark.table(name)
         if where:

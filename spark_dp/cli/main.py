@@ -42,6 +42,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
     summary = {
         "release_id": release.release_id,
         "path": release.path,
+        "table": config.output.table,
         "reused": release.reused,
         "epsilon": release.privacy["epsilon"],
         "delta": release.privacy["delta"],
