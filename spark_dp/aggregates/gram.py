@@ -1,9 +1,16 @@
 """Exact second-moment matrix AᵀA of clipped rows, one pass over a DataFrame.
 
-Executors: each partition's Arrow batches become (n, d) float64 blocks; the
-non-finite policy is applied, rows are clipped to ‖a‖₂ ≤ B, and BLAS
-``dsyrk`` accumulates the upper triangle of the partition's AᵀA. One partial
-(d² doubles as bytes) leaves each partition; the driver sums them.
+Executors: each partition's Arrow batches (~4 MB) become (n, d) float64
+blocks (zero-copy for well-formed rows); per ~2 MB chunk the non-finite
+policy is applied, rows are clipped to ‖a‖₂ ≤ B, and BLAS ``dsyrk``
+accumulates the upper triangle of the partition's AᵀA in place
+(:class:`~spark_dp.aggregates._blocks.GramAccumulator`). One partial (d²
+doubles as bytes) leaves each partition; the driver sums them.
+
+:func:`gram_matrix_parquet` computes the same matrix for Parquet paths with
+each task reading its files with pyarrow, skipping Spark's reader and the
+JVM → Arrow conversion (the larger part of :func:`gram_matrix`'s time on
+cached data; see docs/benchmarks.md).
 
 No noise and no privacy accounting here: this layer computes exact
 aggregates only. Spark Connect safe (``mapInArrow``, no RDD API).
@@ -29,8 +36,8 @@ _PARTIAL_SCHEMA = "partial binary"
 
 _BATCH_BYTES_CONF = "spark.sql.execution.arrow.maxBytesPerBatch"
 #: Arrow batches of ~4 MB into the Python workers. Spark's default batches are
-#: 10,000 rows whatever their width (40 MB at d = 500), which cost the JVM
-#: ~40 % more CPU here than 4 MB batches.
+#: 10,000 rows whatever their width (40 MB at d = 500), which cost ~40 % more
+#: CPU in total here than 4 MB batches (the JVM's share +70 %).
 ARROW_BATCH_BYTES = 4 << 20
 
 
@@ -108,6 +115,11 @@ def gram_matrix(
     Returns:
         The symmetric matrix Σᵢ aᵢaᵢᵀ over the kept, clipped rows (zeros for
         an empty input).
+
+    For data in Parquet files, :func:`gram_matrix_parquet` gives the same
+    result 1.4–1.7× faster (docs/benchmarks.md). Arrow batches are capped
+    at ~4 MB for the call unless ``spark.sql.execution.arrow.maxBytesPerBatch``
+    is set.
     """
     check_nonfinite(nonfinite)
     frame, d = vector_frame(
