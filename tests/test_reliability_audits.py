@@ -21,10 +21,12 @@ Each row of ``ROWS`` is one noisy release of one mechanism, and gets:
 Additive rows (Gaussian/Laplace): the mechanism runs once per neighbour through
 a real charged Chokepoint with a recording sampler; the one noise draw it makes
 (its exact summary, and the σ/b and Δ it asked for) is then redrawn n = 3·10⁵
-times, vectorised, from the same sampler. The release is that draw (or a
+(10⁶ for one of K composed releases) times, vectorised, from the same sampler. The release is that draw (or a
 bijective, data-independent post-processing of it: mirroring, the ×w of input
 perturbation), so this samples the mechanism's output distribution exactly.
-Wishart-type rows call the mechanism in a loop (fewer samples; stated per row).
+Wishart-type rows call the mechanism in a loop (fewer samples; stated per row) and
+use ``empirical_epsilon_scan`` (their supports are bounded: events the other
+neighbour never reaches).
 
 For a release that is one of K composed releases, the black-box claim is the
 (ε, δ) of that ONE release at its noise multiplier (``dp_accounting
