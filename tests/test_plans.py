@@ -296,7 +296,7 @@ def test_shipped_plans_are_valid():
 
 
 def test_spark_tag_is_added_and_removed(spark):
-    from spark_dp.plans.runner import spark_tag
+    from spark_dp.cli.job import spark_tag
 
     with spark_tag(spark, "spark-dp:t,1"):
         assert "spark-dp:t;1" in spark.getTags()  # commas are not allowed in tags

@@ -16,7 +16,7 @@ import json, sys
 from pyspark import SparkContext
 from pyspark.sql.connect.session import SparkSession as ConnectSession
 from spark_dp.cli.main import main
-from spark_dp.plans.runner import spark_tag
+from spark_dp.cli.job import spark_tag
 from spark_dp.runtime import get_spark
 
 plan_path, loc, db = sys.argv[1:4]

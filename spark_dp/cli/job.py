@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import warnings
+from contextlib import contextmanager
 
 from spark_dp.cli.config import LARGE_EPSILON, JobConfig
-from spark_dp.release import Release
+from spark_dp.release import Release, write_release_table
 from spark_dp.session import DPSession
 
 log = logging.getLogger("spark_dp")
@@ -32,24 +33,61 @@ def session_for(config: JobConfig) -> DPSession:
     )
 
 
-def run_job(config: JobConfig, *, spark=None) -> Release:
-    """Runs one validated job config; returns the (new or stored) release."""
+def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
+    """Runs one validated job config; returns the (new or stored) release.
+
+    A stored release (known release id) is returned without starting Spark
+    unless it must still be published to ``output.table``. ``extra`` goes to
+    the task's run function (e.g. ``seeds=`` for count_sketch, used by plans
+    to merge sketches).
+    """
     if config.privacy.epsilon > LARGE_EPSILON:
         warnings.warn(
             f"privacy.epsilon = {config.privacy.epsilon:g} is large (> {LARGE_EPSILON:g}): the release protects little.",
             stacklevel=2,
         )
     session = session_for(config)
+    release = None
     # A release id seen before never needs Spark: answer from the ledger.
     if config.release_id is not None:
-        stored = session.stored_release(config.release_id, config_sha256=config.sha256)
-        if stored is not None:
-            return stored
-    # Over budget → fail here, before Spark starts (the release path checks again).
-    session.ledger.check(config.dataset.id, plan_events(config), session.limit)
+        release = session.stored_release(config.release_id, config_sha256=config.sha256)
+    if release is None:
+        # Over budget → fail here, before Spark starts (the release path checks again).
+        session.ledger.check(config.dataset.id, plan_events(config), session.limit)
+        if spark is None and config.spec.needs_spark:
+            spark = get_spark(f"spark-dp {config.task}")
+        log.info("release %s: task %s (%s) on dataset %s", config.release_id or "(new id)", config.task,
+                 config.mechanism, config.dataset.id)
+        with spark_tag(spark if config.spec.needs_spark else None,
+                       f"spark-dp:{config.task}:{config.release_id or config.dataset.id}"):
+            release = config.spec.run(session, config, spark, **extra)
+    if config.output.table is not None:
+        spark = spark or get_spark(f"spark-dp {config.task}")
+        with spark_tag(spark, f"spark-dp:publish:{release.release_id}"):
+            write_release_table(spark, release, config.output.table, format=config.output.format)
+    return release
 
-    if spark is None and config.spec.needs_spark:
-        from spark_dp.runtime import get_spark
 
-        spark = get_spark(f"spark-dp {config.task}")
-    return config.spec.run(session, config, spark)
+def get_spark(app_name: str):
+    from spark_dp.runtime import get_spark as _get
+
+    return _get(app_name)
+
+
+@contextmanager
+def spark_tag(spark, tag: str):
+    """Tags the Spark jobs started inside (``SparkSession.addTag``: classic and Connect in Spark 4).
+
+    Tags show in the Spark UI's job properties (``spark.job.tags``) and let
+    ``spark.interruptTag(tag)`` cancel a release. Commas are not allowed in
+    tags and are replaced.
+    """
+    tag = tag.replace(",", ";")
+    if spark is None:
+        yield
+        return
+    spark.addTag(tag)
+    try:
+        yield
+    finally:
+        spark.removeTag(tag)

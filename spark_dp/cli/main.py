@@ -33,11 +33,11 @@ def _setup_logging(verbose: bool) -> None:
 
 def _cmd_release(args: argparse.Namespace) -> int:
     from spark_dp.cli.config import load_config
-    from spark_dp.plans import run_config
+    from spark_dp.cli.job import run_job
     from spark_dp.privacy import open_ledger
 
     config = load_config(args.config)  # validated before Spark starts
-    release = run_config(config)  # the job path, then output.table if set
+    release = run_job(config)  # the job path, then output.table if set
     status = open_ledger(config.ledger.uri).status(config.dataset.id)
     summary = {
         "release_id": release.release_id,

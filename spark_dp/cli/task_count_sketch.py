@@ -111,7 +111,8 @@ def read_candidates(spark, path: str, fmt: str, column: str, kind: str):
     return read_dataset(spark, path, fmt), column
 
 
-def _run(session, config, spark):
+def _run(session, config, spark, *, seeds=None):
+    """Runs the sketch job; ``seeds`` (a release) reuses its hash seeds so the sketches merge."""
     from spark_dp.aggregates import read_dataset
     from spark_dp.aggregates.sketch import item_kind
     from spark_dp.sketch.api import count_sketch
@@ -132,7 +133,7 @@ def _run(session, config, spark):
         max_items_per_unit=m, unit_clipping=clip, unit_l2_bound=C,
         nulls=config.dataset.extra.get("nulls", "item"), nonfinite=config.dataset.nonfinite,
         domain=config.params.get("domain"), top=hh.get("top") or 50, threshold=hh.get("threshold"),
-        candidates=candidates, candidate_column=cand_col, levels=hh.get("levels"),
+        candidates=candidates, candidate_column=cand_col, levels=hh.get("levels"), seeds=seeds,
         release_id=config.release_id, config_sha256=config.sha256,
     )
 

@@ -13,12 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from spark_dp.cli.config import JobConfig
     from spark_dp.privacy.events import Event
     from spark_dp.release import Release
-    from spark_dp.session import DPSession
 
 Validator = Callable[[str, Any], Any]
 
@@ -34,8 +31,10 @@ class TaskSpec:
             raising ConfigError with the key in its message.
         plan: the privacy events of a release, from the config alone (used for
             the budget dry run before Spark starts).
-        run: ``run(session, config, spark_or_None) -> Release``; reads the
-            dataset itself (``spark`` is None for tasks that need no Spark).
+        run: ``run(session, config, spark_or_None, **extra) -> Release``; reads
+            the dataset itself (``spark`` is None for tasks that need no
+            Spark). ``extra`` holds run-time options a task accepts beyond its
+            config (count_sketch: ``seeds``); others reject any.
         dataset_keys: extra keys allowed in ``dataset`` (validators), on top of
             the common ones; their values land in ``config.dataset.extra``.
         privacy_keys: extra keys allowed in ``privacy`` (validators), in
@@ -51,7 +50,7 @@ class TaskSpec:
     mechanisms: tuple[str, ...]
     params: dict[str, Validator]
     plan: Callable[[JobConfig], list[Event]]
-    run: Callable[[DPSession, JobConfig, SparkSession | None], Release]
+    run: Callable[..., Release]
     dataset_keys: dict[str, Validator] = field(default_factory=dict)
     privacy_keys: dict[str, Validator] = field(default_factory=dict)
     requires_norm_bound: bool = True

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import date, timedelta
 
 from spark_dp.errors import BudgetExceededError, ConfigError, ReleaseConflictError, SparkDPError
 from spark_dp.plans.plan import Plan, PlanEntry, ledger_dataset_id, period_bounds, period_key
-from spark_dp.release import Release, load_release, write_release, write_release_table
+from spark_dp.release import Release, load_release, write_release
 
 log = logging.getLogger("spark_dp")
 
@@ -41,38 +40,8 @@ class EntryResult:
     message: str | None = None
 
 
-@contextmanager
-def spark_tag(spark, tag: str):
-    """Tags the Spark jobs started inside (``SparkSession.addTag``: classic and Connect in Spark 4).
-
-    Tags show in the Spark UI's job properties (``spark.job.tags``) and let
-    ``spark.interruptTag(tag)`` cancel a release. Commas are not allowed in
-    tags and are replaced.
-    """
-    tag = tag.replace(",", ";")
-    if spark is None:
-        yield
-        return
-    spark.addTag(tag)
-    try:
-        yield
-    finally:
-        spark.removeTag(tag)
-
-
-def _spark_for(config, spark):
-    if spark is None:
-        from spark_dp.runtime import get_spark
-
-        spark = get_spark(f"spark-dp {config.task}")
-    return spark
-
-
 def run_config(config, *, spark=None, seeds: Release | None = None) -> Release:
-    """Runs one job config through the job path, then publishes to ``output.table`` if set.
-
-    A stored release (known release id) is returned without starting Spark
-    unless a table must be published.
+    """Runs one job config through the job path (:func:`spark_dp.cli.job.run_job`).
 
     Args:
         config: a validated :class:`~spark_dp.cli.config.JobConfig`.
@@ -80,53 +49,9 @@ def run_config(config, *, spark=None, seeds: Release | None = None) -> Release:
         seeds: count_sketch only: reuse this release's hash seeds (so the
             sketches can be merged).
     """
-    from spark_dp.cli.job import run_job, session_for
+    from spark_dp.cli.job import run_job
 
-    release = None
-    if config.release_id is not None:
-        release = session_for(config).stored_release(config.release_id, config_sha256=config.sha256)
-    if release is None:
-        needs = config.spec.needs_spark
-        spark = _spark_for(config, spark) if needs else spark
-        tag = f"spark-dp:{config.task}:{config.release_id or config.dataset.id}"
-        log.info("release %s: task %s (%s) on dataset %s", config.release_id or "(new id)", config.task,
-                 config.mechanism, config.dataset.id)
-        with spark_tag(spark if needs else None, tag):
-            release = _run_sketch_with_seeds(config, seeds, spark) if seeds is not None else run_job(config, spark=spark)
-    if config.output.table is not None:
-        spark = _spark_for(config, spark)
-        with spark_tag(spark, f"spark-dp:publish:{release.release_id}"):
-            write_release_table(spark, release, config.output.table, format=config.output.format)
-    return release
-
-
-def _run_sketch_with_seeds(config, seeds: Release, spark) -> Release:
-    """The count_sketch job with the hash seeds of ``seeds``.
-
-    The job path of task count_sketch does not take seeds yet, so this
-    mirrors :mod:`spark_dp.cli.task_count_sketch`'s run (same session, same
-    dry run before Spark, same API call) adding ``seeds=``.
-    """
-    from spark_dp.aggregates import read_dataset
-    from spark_dp.cli.job import plan_events, session_for
-    from spark_dp.sketch.api import count_sketch
-
-    session = session_for(config)
-    session.ledger.check(config.dataset.id, plan_events(config), session.limit)
-    ds, p = config.dataset, config.params
-    hh = p.get("heavy_hitters") or {}
-    if hh.get("candidates") is not None or hh.get("levels") is not None:
-        raise ConfigError("Sketches that a plan merges cannot use params.heavy_hitters.candidates or levels.")
-    ex = ds.extra
-    df = read_dataset(spark, ds.path, ds.format, ds.options)
-    return count_sketch(
-        session, df, ds.columns[0], epsilon=config.privacy.epsilon, delta=config.privacy.delta,
-        mechanism=config.mechanism, repetitions=p.get("repetitions", 15), buckets=p.get("buckets", 65536),
-        weight=ex.get("weight"), privacy_unit=ds.privacy_unit, max_items_per_unit=ex.get("max_items_per_unit", 1),
-        unit_clipping=ex.get("unit_clipping", "l1"), unit_l2_bound=ex.get("unit_l2_bound"),
-        nulls=ex.get("nulls", "item"), nonfinite=ds.nonfinite, domain=p.get("domain"), top=hh.get("top") or 50,
-        threshold=hh.get("threshold"), seeds=seeds, release_id=config.release_id, config_sha256=config.sha256,
-    )
+    return run_job(config, spark=spark, **({"seeds": seeds} if seeds is not None else {}))
 
 
 def _days(start: date, end: date) -> list[date]:
