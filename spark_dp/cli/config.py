@@ -162,12 +162,16 @@ class JobConfig:
         mechanism = V.check_option("mechanism", raw["mechanism"], spec.mechanisms, owner=OWNER)
         param_checks = spec.params
 
-        ds = _section(raw, "dataset", DATASET_KEYS + tuple(spec.dataset_keys), ("id", "columns"))
+        explicit_tensor = isinstance(ds := raw.get("dataset"), dict) and ds.get("format") == "tensor"
+        ds = _section(raw, "dataset", DATASET_KEYS + tuple(spec.dataset_keys),
+                      ("id",) if explicit_tensor else ("id", "columns"))  # a .npy tensor has no columns
         source = _dataset_source(ds, spec)
-        columns = ds["columns"]
+        columns = ds.get("columns") or []
         if isinstance(columns, str):
             columns = [columns]
-        if not isinstance(columns, list) or not columns or not all(isinstance(c, str) and c for c in columns):
+        if (not explicit_tensor or ds.get("columns") is not None) and (
+            not isinstance(columns, list) or not columns or not all(isinstance(c, str) and c for c in columns)
+        ):
             raise ConfigError(f"The 'dataset.columns' parameter must be a non-empty list of column names. Got {ds['columns']!r} instead.")
         options = ds.get("options") or {}
         if not isinstance(options, dict):
