@@ -171,10 +171,26 @@ class Ledger:
     def _connect(self) -> _Connection:
         raise NotImplementedError
 
+    _begin = "BEGIN"
+
+    def _lock(self, con: _Connection, dataset_id: str | None) -> None:
+        """Makes the open transaction exclusive with other charges on ``dataset_id``."""
+
     @contextmanager
     def _transaction(self, dataset_id: str | None) -> Iterator[_Connection]:
         """A write transaction exclusive with every other charge on ``dataset_id``."""
-        raise NotImplementedError
+        con = self._connect()
+        try:
+            con.execute(self._begin)
+            try:
+                self._lock(con, dataset_id)
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        finally:
+            self._close(con)
 
     @contextmanager
     def _reading(self) -> Iterator[_Connection]:
@@ -365,6 +381,7 @@ class SQLiteLedger(Ledger):
     """
 
     _serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
+    _begin = "BEGIN IMMEDIATE"  # takes the file's RESERVED lock: one writer at a time
 
     def __init__(self, uri: str, *, timeout: float = 120.0) -> None:
         self.uri = uri
@@ -382,20 +399,6 @@ class SQLiteLedger(Ledger):
         raw.execute("PRAGMA synchronous=FULL")
         raw.execute("PRAGMA foreign_keys=ON")
         return _Connection(raw, "?")
-
-    @contextmanager
-    def _transaction(self, dataset_id: str | None) -> Iterator[_Connection]:
-        con = self._connect()
-        try:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        finally:
-            self._close(con)
 
 
 class PostgresLedger(Ledger):
@@ -433,23 +436,11 @@ class PostgresLedger(Ledger):
         raw.execute("SET synchronous_commit = on")
         return _Connection(raw, "%s")
 
-    @contextmanager
-    def _transaction(self, dataset_id: str | None) -> Iterator[_Connection]:
-        con = self._connect()
-        try:
-            con.execute("BEGIN")
-            try:
-                if dataset_id is None:
-                    con.execute("SELECT pg_advisory_xact_lock(?)", (self._GLOBAL_LOCK,))
-                else:
-                    con.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (dataset_id,))
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        finally:
-            self._close(con)
+    def _lock(self, con: _Connection, dataset_id: str | None) -> None:
+        if dataset_id is None:
+            con.execute("SELECT pg_advisory_xact_lock(?)", (self._GLOBAL_LOCK,))
+        else:
+            con.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (dataset_id,))
 
 
 def open_ledger(uri: str) -> Ledger:
