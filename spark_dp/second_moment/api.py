@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame
 
 from spark_dp import _validation as V
 from spark_dp.aggregates import NONFINITE_POLICIES, gram_matrix, vector_dimension
+from spark_dp.aggregates.gram import gram_matrix_parquet
 from spark_dp.aggregates.jl import ROW_IDS
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import NEIGHBORS, Budget, Chokepoint
@@ -195,7 +196,7 @@ def _check_common(owner, epsilon, delta, norm_bound, neighbors, postprocess, non
 def _release(
     session: DPSession, df: DataFrame, columns: list[str] | str, *, task: str, plan: MechanismPlan, d: int,
     request: dict, finish: Callable[[Any, dict], dict[str, np.ndarray]], release_id, norm_bound, nonfinite, dimension,
-    privacy_unit, max_rows_per_unit, config_sha256, extra: dict,
+    privacy_unit, max_rows_per_unit, config_sha256, extra: dict, source_paths: Sequence[str] | None = None,
 ) -> Release:
     def compute():
         if not plan.needs_gram:
@@ -209,6 +210,12 @@ def _release(
                                      max_rows_per_unit=max_rows_per_unit, row_ids=plan.params["row_ids"])
 
             return project
+        if source_paths:
+            # Same matrix, with the tasks reading the Parquet files themselves
+            # (skips the JVM -> Arrow conversion; docs/benchmarks.md).
+            return gram_matrix_parquet(source_paths, columns, norm_bound=norm_bound, nonfinite=nonfinite,
+                                       dimension=dimension, privacy_unit=privacy_unit,
+                                       max_rows_per_unit=max_rows_per_unit, spark=df.sparkSession)
         return gram_matrix(df, columns, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,
                            privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit)
 
@@ -261,6 +268,7 @@ def second_moment(
     calibration: str = "exact",
     row_ids: str = "content",
     config_sha256: str | None = None,
+    source_paths: Sequence[str] | None = None,
 ) -> Release:
     """Releases a private AᵀA of the rows of ``df[columns]``.
 
@@ -288,6 +296,11 @@ def second_moment(
         row_ids: jl_ridge's row ids, ``content`` (default, partition-independent)
             or ``partition`` (no shuffle; see :mod:`spark_dp.aggregates.jl`).
         config_sha256: digest of the job config, recorded in the manifest.
+        source_paths: the Parquet files ``df`` is a plain read of (as the job
+            passes for ``format: parquet``); the exact Gram matrix is then
+            computed by the tasks reading them with pyarrow — the same matrix,
+            without the JVM → Arrow conversion. Leave None for any other
+            DataFrame. The linear_regression and pca functions take it too.
 
     Returns:
         A :class:`Release` with array ``matrix`` of shape (d, d).
@@ -307,7 +320,7 @@ def second_moment(
                     finish=lambda m, extra: {"matrix": m}, release_id=release_id, norm_bound=norm_bound,
                     nonfinite=nonfinite, dimension=dimension, privacy_unit=privacy_unit,
                     max_rows_per_unit=max_rows_per_unit, config_sha256=config_sha256,
-                    extra=_extra(columns, plan.params, norm_bound, nonfinite, privacy_unit))
+                    extra=_extra(columns, plan.params, norm_bound, nonfinite, privacy_unit), source_paths=source_paths)
 
 
 def linear_regression(
@@ -332,6 +345,7 @@ def linear_regression(
     calibration: str = "exact",
     row_ids: str = "content",
     config_sha256: str | None = None,
+    source_paths: Sequence[str] | None = None,
 ) -> Release:
     """Private OLS/ridge coefficients of ``label`` on ``columns`` (no intercept).
 
@@ -387,7 +401,8 @@ def linear_regression(
     return _release(session, df, all_columns, task="linear_regression", plan=plan, d=d, request=request, finish=finish,
                     release_id=release_id, norm_bound=norm_bound, nonfinite=nonfinite, dimension=None,
                     privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, config_sha256=config_sha256,
-                    extra=_extra(columns, params, norm_bound, nonfinite, privacy_unit, label=label))
+                    extra=_extra(columns, params, norm_bound, nonfinite, privacy_unit, label=label),
+                    source_paths=source_paths)
 
 
 def pca(
@@ -412,6 +427,7 @@ def pca(
     calibration: str = "exact",
     row_ids: str = "content",
     config_sha256: str | None = None,
+    source_paths: Sequence[str] | None = None,
 ) -> Release:
     """Top-k principal components of the private second-moment matrix.
 
@@ -443,4 +459,4 @@ def pca(
     return _release(session, df, columns, task="pca", plan=plan, d=d, request=request, finish=finish,
                     release_id=release_id, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,
                     privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, config_sha256=config_sha256,
-                    extra=_extra(columns, params, norm_bound, nonfinite, privacy_unit))
+                    extra=_extra(columns, params, norm_bound, nonfinite, privacy_unit), source_paths=source_paths)
