@@ -32,13 +32,13 @@ REGRESSION_BETA = np.array([0.8, -0.4, 0.3])
 
 def demo_points(n: int = 100_000, seed: int = 20261130) -> np.ndarray:
     """Correlated 3-d points, scaled into a ball of radius 1.2."""
-    gen = np.random.default_rng(seed)
+    gen = np.random.default_rng(seed)  # synthetic example data, not privacy noise
     z = gen.normal(size=(n, 3)) @ np.array([[1.0, 0.6, 0.2], [0.0, 0.8, 0.4], [0.0, 0.0, 0.5]])
     return z / np.maximum(1.0, np.linalg.norm(z, axis=1, keepdims=True) / 1.2)
 
 
 def regression_table(n: int = 20_000, seed: int = 8) -> pa.Table:
-    gen = np.random.default_rng(seed)
+    gen = np.random.default_rng(seed)  # synthetic example data, not privacy noise
     X = gen.normal(size=(n, 3)) * 0.3
     y = X @ REGRESSION_BETA + 0.05 * gen.normal(size=n)
     return pa.table({"x1": X[:, 0], "x2": X[:, 1], "x3": X[:, 2], "y": y, "name": [f"n{i}" for i in range(n)]})
@@ -46,7 +46,7 @@ def regression_table(n: int = 20_000, seed: int = 8) -> pa.Table:
 
 def sketch_queries(n: int = 50_000, vocab: int = 5_000, users: int = 5_000, seed: int = 20261130) -> pa.Table:
     """``query`` (Zipf over ``vocab`` strings), ``query_id``, ``user_id``, ``weight`` in [0, 2]."""
-    gen = np.random.default_rng(seed)
+    gen = np.random.default_rng(seed)  # synthetic example data, not privacy noise
     ranks = (gen.zipf(1.2, size=n) - 1) % vocab
     user = gen.integers(0, users, size=n)
     return pa.table({
@@ -59,7 +59,7 @@ def sketch_queries(n: int = 50_000, vocab: int = 5_000, users: int = 5_000, seed
 
 def explicit_tensor(d: int = 20, k: int = 3, *, lambdas=(3000.0, 2000.0, 1000.0), noise: float = 0.01, seed: int = 1):
     """(T, λ, V): T = Σᵢ λᵢ vᵢ^⊗3 + symmetric Gaussian noise, V of shape (k, d) orthonormal."""
-    gen = np.random.default_rng(seed)
+    gen = np.random.default_rng(seed)  # synthetic example data, not privacy noise
     Q, _ = np.linalg.qr(gen.standard_normal((d, k)))
     lam = np.asarray(lambdas[:k], dtype=float)
     T = np.einsum("r,ir,jr,kr->ijk", lam, Q, Q, Q)
@@ -70,7 +70,7 @@ def explicit_tensor(d: int = 20, k: int = 3, *, lambdas=(3000.0, 2000.0, 1000.0)
 
 def mixture_rows(n: int = 20_000, d: int = 8, k: int = 3, *, noise: float = 0.01, seed: int = 2):
     """(X, V, weights): x = s_h v_h + N(0, noise²I), h uniform, s from 1 down to 0.6."""
-    gen = np.random.default_rng(seed)
+    gen = np.random.default_rng(seed)  # synthetic example data, not privacy noise
     Q, _ = np.linalg.qr(gen.standard_normal((d, k)))
     scales = np.linspace(1.0, 0.6, k)
     h = gen.integers(0, k, size=n)

@@ -148,7 +148,7 @@ def tensor_decomposition(
     if rows_per_round is not None:
         rows_per_round = V.check_int("rows_per_round", rows_per_round, owner=OWNER, low=1)
     entry_scale = V.check_real("entry_scale", entry_scale, owner=OWNER, low=0, low_open=True)
-    rng = rng if rng is not None else np.random.default_rng()
+    rng = rng if rng is not None else np.random.default_rng()  # random starting vectors (public), not privacy noise
     explicit = not isinstance(data, DataFrame)
     if explicit and mechanism in ROWS_ONLY:
         raise ConfigError(f"The 'mechanism' {mechanism!r} of {OWNER} needs rows (a DataFrame), not an explicit tensor.")
