@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -51,6 +52,7 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=100_000_000)
     ap.add_argument("--dim", type=int, default=50)
     ap.add_argument("--partitions", type=int, default=64)
+    ap.add_argument("--no-record", action="store_true", help="do not append the result to docs/reliability_load.txt")
     args = ap.parse_args()
 
     from pyspark.sql import functions as F
@@ -84,11 +86,15 @@ def main() -> int:
     stop.set()
     time.sleep(0.6)
     row = (f"| {args.rows:.0e} rows, d = {d}, {args.partitions} partitions, local[2] | {elapsed:.0f} s | "
-           f"{peaks['python_driver_mb']:.0f} MB | {peaks['jvm_driver_mb']:.0f} MB | {rel.path} |")
+           f"{peaks['python_driver_mb']:.0f} MB | {peaks['jvm_driver_mb']:.0f} MB | {rel['matrix'].shape} released |")
     print(row)
-    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "reliability_load.txt"), "a") as fh:
-        fh.write(row + "\n")
+    print(f"PEAKS python_driver_mb={peaks['python_driver_mb']:.0f} jvm_driver_mb={peaks['jvm_driver_mb']:.0f} "
+          f"seconds={elapsed:.0f}")
+    if not args.no_record:
+        with open(os.path.join(os.path.dirname(__file__), "..", "docs", "reliability_load.txt"), "a") as fh:
+            fh.write(row + "\n")
     spark.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
