@@ -214,6 +214,20 @@ def private_tensor_power_method(
 
 
 # -- rows: the private online power method ----------------------------------------
+def check_row_options(mode: str, neighbors: str, max_rows_per_unit: int) -> None:
+    """Checks the options every private method over rows shares (a ConfigError naming the first bad one)."""
+    if mode not in MODES:
+        raise ConfigError(f"The 'mode' parameter must be one of {sorted(MODES)}. Got {mode!r} instead.")
+    if neighbors not in ROW_NEIGHBORS:
+        raise ConfigError(f"The 'neighbors' parameter must be one of {sorted(ROW_NEIGHBORS)}. Got {neighbors!r} instead.")
+    if mode == "fresh" and max_rows_per_unit > 1:
+        raise ConfigError(
+            "The 'mode' parameter must be 'reuse' when a privacy unit may hold several rows "
+            f"(max_rows_per_unit = {max_rows_per_unit}): 'fresh' assigns rows to passes one by one, so a unit "
+            "could reach several passes. Got 'fresh' instead."
+        )
+
+
 def rows_plan(
     *,
     epsilon: float,
@@ -241,16 +255,7 @@ def rows_plan(
     mode, K = kL(R+1) in reuse mode), as Alg. 3 does, with per-candidate
     sensitivity f·m·B³.
     """
-    if mode not in MODES:
-        raise ConfigError(f"The 'mode' parameter must be one of {sorted(MODES)}. Got {mode!r} instead.")
-    if neighbors not in ROW_NEIGHBORS:
-        raise ConfigError(f"The 'neighbors' parameter must be one of {sorted(ROW_NEIGHBORS)}. Got {neighbors!r} instead.")
-    if mode == "fresh" and max_rows_per_unit > 1:
-        raise ConfigError(
-            "The 'mode' parameter must be 'reuse' when a privacy unit may hold several rows "
-            f"(max_rows_per_unit = {max_rows_per_unit}): 'fresh' assigns rows to passes one by one, so a unit "
-            "could reach several passes. Got 'fresh' instead."
-        )
+    check_row_options(mode, neighbors, max_rows_per_unit)
     factor = 2.0 if neighbors == "replace" else 1.0
     col_sens = factor * max_rows_per_unit * norm_bound**3
     batch_sens = math.sqrt(L) * col_sens

@@ -34,7 +34,7 @@ from spark_dp.errors import ConfigError
 from spark_dp.privacy import Chokepoint, GaussianEvent, second_moment_l2_sensitivity
 from spark_dp.tensor.online import online_tensor_power_method
 from spark_dp.tensor.power_method import TensorDecomposition
-from spark_dp.tensor.private import MODES, PrivatePlan, ROW_NEIGHBORS, calibrate, private_online_power_method
+from spark_dp.tensor.private import PrivatePlan, calibrate, check_row_options, private_online_power_method
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,13 +127,7 @@ def whitened_rows_plan(
     if calibration != "exact":
         raise ConfigError("The 'calibration' parameter must be 'exact' with whiten=True (the paper has no "
                           f"whitening step to reproduce). Got {calibration!r} instead.")
-    if mode not in MODES:
-        raise ConfigError(f"The 'mode' parameter must be one of {sorted(MODES)}. Got {mode!r} instead.")
-    if neighbors not in ROW_NEIGHBORS:
-        raise ConfigError(f"The 'neighbors' parameter must be one of {sorted(ROW_NEIGHBORS)}. Got {neighbors!r} instead.")
-    if mode == "fresh" and max_rows_per_unit > 1:
-        raise ConfigError("The 'mode' parameter must be 'reuse' when a privacy unit may hold several rows "
-                          f"(max_rows_per_unit = {max_rows_per_unit}). Got 'fresh' instead.")
+    check_row_options(mode, neighbors, max_rows_per_unit)
     passes = k * (R + 1)
     batches = 1 if mode == "fresh" else passes
     z, details = calibrate(epsilon, delta, 1 + batches, "exact")
