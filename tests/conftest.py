@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 
@@ -61,3 +62,17 @@ def any_ledger_uri(request, tmp_path):
 
     base = request.getfixturevalue("postgres_base")
     return create_database(base, f"ledger_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def connect_server(tmp_path):
+    """A local Spark Connect server on a free 127.0.0.1 port; always stopped, nothing left behind."""
+    from tests._servers import ConnectServer
+
+    server = ConnectServer(tmp_path / "connect-server", python=sys.executable)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        assert not server.leftovers(), f"Spark Connect server processes left behind: {server.leftovers()}"

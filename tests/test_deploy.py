@@ -33,7 +33,6 @@ from spark_dp.privacy import open_ledger
 from _servers import (  # tests/ is on sys.path (pytest rootdir-relative import)
     REPO,
     SPARK_HOME,
-    ConnectServer,
     StandaloneCluster,
     build_package_zip,
     isolated_python,
@@ -171,17 +170,6 @@ print(json.dumps({"gram": gram.tolist(), "release": rel.path}))
 
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture
-def connect_server(tmp_path):
-    server = ConnectServer(tmp_path / "connect-server", python=sys.executable)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        assert not server.leftovers(), f"Spark Connect server processes left behind: {server.leftovers()}"
 
 
 @pytest.fixture

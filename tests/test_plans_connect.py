@@ -7,9 +7,8 @@ in a subprocess with SPARK_REMOTE set, where SparkContext cannot start.
 import json
 import sys
 
-import pytest
 
-from tests._servers import ConnectServer, run_client, spark_env
+from tests._servers import run_client, spark_env
 
 CLIENT = r'''
 import json, sys
@@ -34,17 +33,6 @@ rows = spark.table(f"{db}.releases").groupBy("release_id").count().collect()
 assert SparkContext._active_spark_context is None, "a SparkContext was started"
 print(json.dumps({"codes": codes, "tags": tags, "rows": {r["release_id"]: r["count"] for r in rows}}))
 '''
-
-
-@pytest.fixture
-def connect_server(tmp_path):
-    server = ConnectServer(tmp_path / "connect-server", python=sys.executable)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        assert not server.leftovers(), f"Spark Connect server processes left behind: {server.leftovers()}"
 
 
 def test_plan_with_tables_over_spark_connect(tmp_path, connect_server):
