@@ -7,6 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import spark_dp.aggregates._blocks as blocks
+import spark_dp.aggregates._parquet_tasks as PT
 import spark_dp.aggregates.gram as gram
 from spark_dp.aggregates import gram_matrix, vectorize
 from spark_dp.aggregates._blocks import GramAccumulator, columns_to_block, list_to_block
@@ -148,7 +149,7 @@ def test_parquet_path_reads_itself_and_splits_files(spark, parquet_data, monkeyp
     key = "spark.sql.files.maxPartitionBytes"
     spark.conf.set(key, "4096")  # several tasks share the file's row groups
     try:
-        tasks = gram._plan_tasks(spark, spark.read.parquet(path).inputFiles(), 4)
+        tasks = gram.plan_tasks(spark, spark.read.parquet(path).inputFiles(), 8 * 4 * 4)
         assert len(tasks) > 1 and len({u[1] for t in tasks for u in t}) > 1
         got = gram_matrix_parquet([path], ["x"], norm_bound=1.0, dimension=4, spark=spark)
     finally:
@@ -156,15 +157,23 @@ def test_parquet_path_reads_itself_and_splits_files(spark, parquet_data, monkeyp
     assert _rel_err(got, _expected(X, 1.0)) < 1e-9
 
 
-def test_task_planning_packs_small_files_like_spark(spark):
+def test_task_planning_balances_bytes_over_a_multiple_of_the_cores(spark):
     mb = 1 << 20
     units = [((f"f{i}", 0, 1), 50 * mb) for i in range(16)] + [(("big", k, 3), 100 * mb) for k in range(3)]
-    tasks = gram._pack(units, 128 * mb, 4 * mb, 256)
+    tasks = PT._pack(units, 2)
     assert sorted(u for t in tasks for u in t) == sorted(u for u, _ in units)  # each unit exactly once
-    assert len(tasks) == 3 + 8  # the big file's parts alone, the small files two by two
-    assert len(gram._pack(units, 128 * mb, 4 * mb, 4)) == 4  # capped: partials the driver receives
-    assert gram._conf_bytes(spark, "no.such.key", 7) == 7
-    assert gram._parallelism(spark) == int(spark.conf.get("spark.default.parallelism", "2"))  # as Spark divides
+    sizes = dict(units)
+    loads = sorted(sum(sizes[u] for u in t) for t in tasks)
+    assert loads == [550 * mb, 550 * mb]  # 1100 MB split evenly
+    assert len(PT._pack(units[:1], 4)) == 1  # never more tasks than units
+    # One task per core until a task would stream more than _MAX_TASK_BYTES.
+    gib = 1 << 30
+    assert PT._task_count(10 * mb, 2, 256) == 2
+    assert PT._task_count(2 * gib, 2, 256) == 2
+    assert PT._task_count(2 * gib + 1, 2, 256) == 4
+    assert PT._task_count(1000 * gib, 8, 256) == 256  # capped: partials the driver receives
+    assert PT._conf_bytes(spark, "no.such.key", 7) == 7
+    assert PT._task_slots(spark) == 2  # local[2, 2]: two task slots, whatever spark.default.parallelism says
 
 
 def test_parquet_missing_column_reads_as_nulls(tmp_path):
