@@ -6,7 +6,7 @@ Config (``params`` keys per task; all optional unless stated)::
     mechanism: wishart               # analyze_gauss | jl_ridge | wishart | inverse_wishart | adassp (regression)
     dataset: {id: ..., path: ..., columns: [x1, x2, x3], label: y}     # label: linear_regression only
     privacy: {epsilon: 1.0, delta: 1.0e-6, norm_bound: 1.0}
-    params: {postprocess: none, projection_rows: 400, dof: 500, calibration: exact, row_ids: content,
+    params: {postprocess: none, projection_rows: 400, dof: 500, calibration: exact, projection: gram, row_ids: content,
              ridge: 0.0,            # linear_regression only
              k: 3}                  # pca only (required)
 """
@@ -24,7 +24,7 @@ from spark_dp.second_moment.api import (
     plan_mechanism,
 )
 from spark_dp.aggregates.jl import ROW_IDS
-from spark_dp.second_moment.jl_ridge import CALIBRATIONS
+from spark_dp.second_moment.jl_ridge import CALIBRATIONS, PROJECTIONS
 
 OWNER = "the config"
 
@@ -34,6 +34,7 @@ _COMMON_PARAMS = {
     "dof": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
     "calibration": lambda k, v: V.check_option(k, v, CALIBRATIONS, owner=OWNER),
     "row_ids": lambda k, v: V.check_option(k, v, ROW_IDS, owner=OWNER),
+    "projection": lambda k, v: V.check_option(k, v, PROJECTIONS, owner=OWNER),
 }
 
 
@@ -50,7 +51,7 @@ def _mechanism_plan(config):
         norm_bound=config.privacy.norm_bound, neighbors=config.privacy.neighbors,
         max_rows_per_unit=config.dataset.max_rows_per_unit, postprocess=p.get("postprocess", "none"),
         projection_rows=p.get("projection_rows"), dof=p.get("dof"), calibration=p.get("calibration", "exact"),
-        row_ids=p.get("row_ids", "content"), owner=OWNER,
+        row_ids=p.get("row_ids", "content"), projection=p.get("projection", "gram"), owner=OWNER,
     )
 
 
@@ -84,7 +85,8 @@ def _common_kwargs(config) -> dict:
         postprocess=p.get("postprocess", "none"), nonfinite=config.dataset.nonfinite,
         privacy_unit=config.dataset.privacy_unit, max_rows_per_unit=config.dataset.max_rows_per_unit,
         projection_rows=p.get("projection_rows"), dof=p.get("dof"), calibration=p.get("calibration", "exact"),
-        row_ids=p.get("row_ids", "content"), config_sha256=config.sha256,
+        row_ids=p.get("row_ids", "content"), projection=p.get("projection", "gram"),
+        config_sha256=config.sha256,
         # A plain Parquet read: let the tasks read the files themselves (same matrix, faster).
         source_paths=[config.dataset.path] if (config.dataset.format == "parquet" and config.dataset.path
                                                and not config.dataset.options) else None,

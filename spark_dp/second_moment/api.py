@@ -35,7 +35,7 @@ from spark_dp.release import Release
 from spark_dp.second_moment.adassp import adassp, adassp_plan
 from spark_dp.second_moment.analyze_gauss import POSTPROCESS, analyze_gauss, analyze_gauss_plan
 from spark_dp.second_moment.inverse_wishart import inverse_wishart, inverse_wishart_plan
-from spark_dp.second_moment.jl_ridge import CALIBRATIONS, jl_ridge, jl_ridge_plan
+from spark_dp.second_moment.jl_ridge import CALIBRATIONS, PROJECTIONS, jl_ridge, jl_ridge_from_gram, jl_ridge_plan
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.regression import regression_coefficients, solve_normal_equations
 from spark_dp.second_moment.wishart import additive_wishart, wishart_plan
@@ -77,7 +77,7 @@ class MechanismPlan:
 def plan_mechanism(
     mechanism: str, *, d: int, epsilon: float, delta: float, norm_bound: float, neighbors: str = "add_remove",
     max_rows_per_unit: int = 1, postprocess: str = "none", projection_rows: int | None = None, dof: int | None = None,
-    calibration: str = "exact", row_ids: str = "content", owner: str = "second_moment",
+    calibration: str = "exact", row_ids: str = "content", projection: str = "gram", owner: str = "second_moment",
 ) -> MechanismPlan:
     """Validates the mechanism's parameters against d and plans its events.
 
@@ -88,8 +88,14 @@ def plan_mechanism(
     """
     V.check_option("calibration", calibration, CALIBRATIONS, owner=owner)
     V.check_option("row_ids", row_ids, ROW_IDS, owner=owner)
+    V.check_option("projection", projection, PROJECTIONS, owner=owner)
     if row_ids != "content" and mechanism != "jl_ridge":
         raise ConfigError(f"The 'row_ids' parameter of {owner} applies to mechanism 'jl_ridge' only. Got {row_ids!r} for {mechanism!r}.")
+    if projection != "gram" and mechanism != "jl_ridge":
+        raise ConfigError(f"The 'projection' parameter of {owner} applies to mechanism 'jl_ridge' only. Got {projection!r} for {mechanism!r}.")
+    if row_ids != "content" and projection != "rows":
+        raise ConfigError(f"The 'row_ids' parameter of {owner} applies to projection 'rows' only (the default "
+                          f"projection 'gram' draws no per-row randomness). Got {row_ids!r} with projection {projection!r}.")
     if calibration == "paper" and mechanism != "jl_ridge":
         raise ConfigError(f"The 'calibration' parameter of {owner} may be 'paper' only for mechanism 'jl_ridge'. Got {calibration!r} for {mechanism!r}.")
     if projection_rows is not None and mechanism != "jl_ridge":
@@ -146,8 +152,14 @@ def plan_mechanism(
         event, w = jl_ridge_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound, r=r, neighbors=neighbors,
                                  calibration=calibration)
 
-        def noise(project, cp):
-            return jl_ridge(project, chokepoint=cp, event=event, r=r, d=d, w=w, postprocess=postprocess)
+        if projection == "gram":
+
+            def noise(gram, cp):
+                return jl_ridge_from_gram(gram, chokepoint=cp, event=event, r=r, w=w, postprocess=postprocess)
+        else:
+
+            def noise(project, cp):
+                return jl_ridge(project, chokepoint=cp, event=event, r=r, d=d, w=w, postprocess=postprocess)
 
         privacy = {**base, "noise": "Gaussian JL projection of [A; wI]", "projection_rows": r, "ridge_w": w,
                    "ridge_w2": w * w,
@@ -155,15 +167,24 @@ def plan_mechanism(
                                    if calibration == "exact" else "paper: w^2 = (8B^2/eps)(sqrt(2r ln(8/delta)) + 2 ln(8/delta))"),
                    "event_representation": type(event).__name__ + (
                        " (exact chi-square PLD, composed tightly)" if type(event).__name__ == "Chi2ProfileEvent"
-                       else " at the calibrated (epsilon, delta)"),
-                   "randomness": "R's data columns: Philox4x32-10 keyed by a 64-bit secret drawn after the charge, "
-                                 "Box-Muller floating-point normals, one counter per row (see row_ids); "
-                                 "ridge columns: the session sampler"}
-        privacy["row_ids"] = ("content hash (partition-independent)" if row_ids == "content"
-                              else "partition id and position (depends on the input's partitioning)")
+                       else " at the calibrated (epsilon, delta)")}
+        if projection == "gram":
+            privacy["projection"] = ("gram: R·Ã drawn in its exact distribution, rows i.i.d. N(0, A^T A + w^2 I), "
+                                     "from the exact A^T A (one pass; R is never drawn)")
+            privacy["randomness"] = ("Z (r x d) i.i.d. N(0,1): numpy Philox4x64-10 keyed by a 128-bit secret drawn "
+                                     "from the session sampler after the charge; release (Z L^T)^T (Z L^T)/r with "
+                                     "L L^T = A^T A + w^2 I")
+        else:
+            privacy["projection"] = "rows: R's columns drawn per data row on the executors"
+            privacy["randomness"] = ("R's data columns: Philox4x32-10 keyed by a 64-bit secret drawn after the charge, "
+                                     "Box-Muller floating-point normals, one counter per row (see row_ids); "
+                                     "ridge columns: the session sampler")
+            privacy["row_ids"] = ("content hash (partition-independent)" if row_ids == "content"
+                                  else "partition id and position (depends on the input's partitioning)")
         return MechanismPlan(mechanism, [event], privacy, {"postprocess": postprocess, "projection_rows": r,
-                                                           "calibration": calibration, "row_ids": row_ids},
-                             noise, needs_gram=False)
+                                                           "calibration": calibration, "projection": projection,
+                                                           "row_ids": row_ids},
+                             noise, needs_gram=projection == "gram")
     if mechanism == "inverse_wishart":
         event, w, _ = inverse_wishart_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound, dof=r, neighbors=neighbors)
 
@@ -267,6 +288,7 @@ def second_moment(
     dof: int | None = None,
     calibration: str = "exact",
     row_ids: str = "content",
+    projection: str = "gram",
     config_sha256: str | None = None,
     source_paths: Sequence[str] | None = None,
 ) -> Release:
@@ -293,8 +315,14 @@ def second_moment(
         dof: k of ``wishart`` (default Sheffet's minimum) or m of
             ``inverse_wishart`` (default max(400, 2d)).
         calibration: ``exact`` (default) or ``paper`` (jl_ridge only).
-        row_ids: jl_ridge's row ids, ``content`` (default, partition-independent)
-            or ``partition`` (no shuffle; see :mod:`spark_dp.aggregates.jl`).
+        row_ids: jl_ridge's row ids with ``projection="rows"``: ``content``
+            (default, partition-independent) or ``partition`` (no shuffle; see
+            :mod:`spark_dp.aggregates.jl`).
+        projection: how jl_ridge draws RÃ: ``gram`` (default; one exact Gram
+            pass, then RÃ drawn on the driver in its exact distribution, rows
+            i.i.d. N(0, AᵀA + w²I) — the same release distribution, ≈ the
+            Gram kernel's cost) or ``rows`` (R's columns drawn per data row on
+            the executors, as the paper describes it).
         config_sha256: digest of the job config, recorded in the manifest.
         source_paths: the Parquet files ``df`` is a plain read of (as the job
             passes for ``format: parquet``); the exact Gram matrix is then
@@ -313,7 +341,7 @@ def second_moment(
     d = vector_dimension(df, columns, dimension)  # schema check, no Spark job
     plan = plan_mechanism(mechanism, d=d, epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
                           max_rows_per_unit=max_rows_per_unit, postprocess=postprocess, projection_rows=projection_rows,
-                          dof=dof, calibration=calibration, row_ids=row_ids, owner=owner)
+                          dof=dof, calibration=calibration, row_ids=row_ids, projection=projection, owner=owner)
     request = _request(session, "second_moment", mechanism, columns, d, plan.params, epsilon, delta, norm_bound,
                        neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256)
     return _release(session, df, columns, task="second_moment", plan=plan, d=d, request=request,
@@ -344,6 +372,7 @@ def linear_regression(
     dof: int | None = None,
     calibration: str = "exact",
     row_ids: str = "content",
+    projection: str = "gram",
     config_sha256: str | None = None,
     source_paths: Sequence[str] | None = None,
 ) -> Release:
@@ -381,7 +410,7 @@ def linear_regression(
     d = vector_dimension(df, all_columns)  # label missing / non-numeric → SchemaError, no Spark job
     plan = plan_mechanism(mechanism, d=d, epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
                           max_rows_per_unit=max_rows_per_unit, postprocess=postprocess, projection_rows=projection_rows,
-                          dof=dof, calibration=calibration, row_ids=row_ids, owner=owner)
+                          dof=dof, calibration=calibration, row_ids=row_ids, projection=projection, owner=owner)
     params = {**plan.params, "ridge": ridge}
     request = _request(session, "linear_regression", mechanism, columns, d, params, epsilon, delta, norm_bound,
                        neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256, label=label)
@@ -426,6 +455,7 @@ def pca(
     dof: int | None = None,
     calibration: str = "exact",
     row_ids: str = "content",
+    projection: str = "gram",
     config_sha256: str | None = None,
     source_paths: Sequence[str] | None = None,
 ) -> Release:
@@ -447,7 +477,7 @@ def pca(
     k = V.check_int("k", k, owner=owner, low=1, high=d)
     plan = plan_mechanism(mechanism, d=d, epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
                           max_rows_per_unit=max_rows_per_unit, postprocess=postprocess, projection_rows=projection_rows,
-                          dof=dof, calibration=calibration, row_ids=row_ids, owner=owner)
+                          dof=dof, calibration=calibration, row_ids=row_ids, projection=projection, owner=owner)
     params = {**plan.params, "k": k}
     request = _request(session, "pca", mechanism, columns, d, params, epsilon, delta, norm_bound, neighbors, nonfinite,
                        privacy_unit, max_rows_per_unit, config_sha256)

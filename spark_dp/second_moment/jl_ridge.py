@@ -18,7 +18,20 @@ Guarantee: (ε, δ)-DP, with w calibrated by the *exact* privacy profile of
   w² = (8B²/ε)(√(2r·ln(8/δ)) + 2·ln(8/δ)) (1156·B² at the numbers above),
   for reproducing the paper.
 
-Randomness: R's columns for the data rows come from a counter-based
+Two ways to draw the same release (``projection``):
+
+* ``gram`` (default): given Ã, each row of RÃ is Σᵢ R_{ji} ãᵢ, a sum of
+  independent Gaussians, so the rows of RÃ are i.i.d. N(0, ÃᵀÃ) with
+  ÃᵀÃ = AᵀA + w²I. Computing the exact AᵀA in one Gram pass and drawing
+  RÃ = Z Lᵀ (Z r×d i.i.d. N(0, 1), L Lᵀ = ÃᵀÃ) on the driver gives a release
+  with exactly the distribution of (RÃ)ᵀ(RÃ)/r — the distribution the
+  privacy proof is about — at the Gram kernel's cost plus O(rd² + d³) on the
+  driver. R itself is never drawn, and the result does not depend on the
+  partitioning. Z comes from numpy's Philox4x64-10 keyed by a 128-bit secret
+  ``key()`` of the session sampler, drawn after the charge.
+* ``rows``: R's columns drawn per data row, as the paper describes it (below).
+
+Randomness of ``rows``: R's columns for the data rows come from a counter-based
 generator on the executors (:mod:`spark_dp.aggregates.jl`) keyed by a secret
 ``key()`` of the chokepoint's sampler, obtained after the charge; the d
 columns for the ridge rows w·I come from the sampler's ``standard_normal``.
@@ -38,6 +51,7 @@ from spark_dp.privacy import Chi2ProfileEvent, Chokepoint, EpsilonDeltaEvent
 from spark_dp.privacy.chi2_profile import add_remove_target, calibrate_a_max
 
 CALIBRATIONS = ("exact", "paper")
+PROJECTIONS = ("gram", "rows")
 
 
 def jl_ridge_paper_w2(*, epsilon: float, delta: float, norm_bound: float, r: int) -> float:
@@ -93,6 +107,47 @@ def jl_ridge(
     ra_tilde = r_a + w * r_i
     # Step 3: output (RÃ)ᵀ(RÃ)/r.
     out = (ra_tilde.T @ ra_tilde) / r
+    return _postprocess(out, w, postprocess)
+
+
+def jl_ridge_from_gram(
+    gram: np.ndarray, *, chokepoint: Chokepoint, event: EpsilonDeltaEvent | Chi2ProfileEvent, r: int, w: float,
+    postprocess: str = "none",
+) -> np.ndarray:
+    """(RÃ)ᵀ(RÃ)/r drawn in its exact distribution from the exact AᵀA (``projection="gram"``).
+
+    Neighbours and sensitivity are those of :func:`jl_ridge` (add/remove one
+    row with ‖v‖₂ ≤ B; the guarantee is the calibrated (ε, δ) of the χ²
+    profile): the output distribution is identical, W_d(AᵀA + w²I, r)/r.
+
+    Args:
+        gram: the exact AᵀA of the clipped rows (d × d, symmetric).
+        chokepoint: a charged chokepoint holding ``event``.
+        event: the release's event (from :func:`jl_ridge_plan`).
+        r: projection rows; w: the ridge.
+        postprocess: as for :func:`jl_ridge`.
+    """
+    d = gram.shape[0]
+    sampler = chokepoint.randomness(event)
+    # Step 1: Ã ᵀÃ = AᵀA + w²I (positive definite: w > 0) and a square root L.
+    cov = (gram + gram.T) / 2.0 + w * w * np.eye(d)
+    try:
+        root = np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:  # AᵀA indefinite by rounding beyond w²: symmetric square root
+        vals, vecs = np.linalg.eigh(cov)
+        root = vecs * np.sqrt(np.clip(vals, 0.0, None))
+    # Step 2: RÃ has i.i.d. N(0, ÃᵀÃ) rows: RÃ = Z Lᵀ, Z r × d standard normal,
+    # keyed by a secret drawn after the charge.
+    key = int(sampler.key())
+    gen = np.random.Generator(np.random.Philox(key=[key & (2**64 - 1), key >> 64]))
+    ra_tilde = gen.standard_normal((r, d)) @ root.T
+    # Step 3: output (RÃ)ᵀ(RÃ)/r.
+    out = (ra_tilde.T @ ra_tilde) / r
+    return _postprocess(out, w, postprocess)
+
+
+def _postprocess(out: np.ndarray, w: float, postprocess: str) -> np.ndarray:
+    d = out.shape[0]
     if postprocess in ("shift", "psd"):
         out = out - w**2 * np.eye(d)
     if postprocess == "psd":
