@@ -159,7 +159,7 @@ BAD = [
     ("IW dof too small", dict(mechanism="inverse_wishart", dof=4), ConfigError, "dof"),
     ("wishart k too small", dict(mechanism="wishart", dof=100), ConfigError, "dof"),
     ("wishart eps > 1", dict(mechanism="wishart", epsilon=2.0), ConfigError, "epsilon"),
-    ("paper calibration", dict(mechanism="wishart", calibration="paper"), ConfigError, "calibration"),
+    ("paper calibration", dict(mechanism="inverse_wishart", calibration="paper"), ConfigError, "calibration"),
     ("units of many rows", dict(mechanism="jl_ridge", max_rows_per_unit=3), ConfigError, "max_rows_per_unit"),
     ("unknown mechanism", dict(mechanism="laplace"), ConfigError, "mechanism"),
     ("negative ridge", dict(ridge=-1.0), ConfigError, "ridge"),

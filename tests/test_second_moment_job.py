@@ -73,6 +73,12 @@ def test_config_runs_with_the_job(spark, tmp_path, capsys, config):
     if task == "linear_regression":
         assert rel["coefficients"].shape == (3,) and np.all(np.isfinite(rel["coefficients"]))
     assert rel.manifest["privacy"]["theorem_neighbors"]
+    params = raw.get("params", {})
+    if params.get("calibration") == "paper":
+        assert rel.manifest["params"]["calibration"] == "paper"
+    if "public_n" in params:  # the public n and the posterior dof m = n + m0 are recorded
+        assert rel.manifest["privacy"]["public_n"] == params["public_n"]
+        assert rel.manifest["privacy"]["dof"] == params["public_n"] + params["prior_dof"]
     assert _charges(tmp_path) == 1
 
 
@@ -86,6 +92,11 @@ BAD = [
     ("wishart dof too small", "second_moment_wishart.yaml", {"params.dof": 50}, "dof"),
     ("jl r too small", "second_moment_jl_ridge.yaml", {"params.projection_rows": 3}, "projection_rows"),
     ("adassp for pca", "pca_wishart.yaml", {"mechanism": "adassp"}, "mechanism"),
+    ("paper AG at eps 1", "linear_regression_analyze_gauss_paper.yaml", {"privacy.epsilon": 1.0}, "epsilon"),
+    ("paper IW", "linear_regression_inverse_wishart.yaml", {"params.calibration": "paper"}, "calibration"),
+    ("public_n under add/remove", "linear_regression_inverse_wishart_posterior.yaml",
+     {"privacy.neighbors": "add_remove"}, "public_n"),
+    ("public_n with dof", "linear_regression_inverse_wishart_posterior.yaml", {"params.dof": 300}, "dof"),
 ]
 
 

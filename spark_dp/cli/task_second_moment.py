@@ -7,6 +7,7 @@ Config (``params`` keys per task; all optional unless stated)::
     dataset: {id: ..., path: ..., columns: [x1, x2, x3], label: y}     # label: linear_regression only
     privacy: {epsilon: 1.0, delta: 1.0e-6, norm_bound: 1.0}
     params: {postprocess: none, projection_rows: 400, dof: 500, calibration: exact, projection: gram, row_ids: content,
+             public_n: 100000, prior_dof: 20,   # inverse_wishart with neighbors: replace (m = public_n + prior_dof)
              ridge: 0.0,            # linear_regression only
              k: 3}                  # pca only (required)
 """
@@ -32,6 +33,8 @@ _COMMON_PARAMS = {
     "postprocess": lambda k, v: V.check_option(k, v, POSTPROCESS, owner=OWNER),
     "projection_rows": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
     "dof": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
+    "public_n": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
+    "prior_dof": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
     "calibration": lambda k, v: V.check_option(k, v, CALIBRATIONS, owner=OWNER),
     "row_ids": lambda k, v: V.check_option(k, v, ROW_IDS, owner=OWNER),
     "projection": lambda k, v: V.check_option(k, v, PROJECTIONS, owner=OWNER),
@@ -50,7 +53,8 @@ def _mechanism_plan(config):
         config.mechanism, d=_dimension(config), epsilon=config.privacy.epsilon, delta=config.privacy.delta,
         norm_bound=config.privacy.norm_bound, neighbors=config.privacy.neighbors,
         max_rows_per_unit=config.dataset.max_rows_per_unit, postprocess=p.get("postprocess", "none"),
-        projection_rows=p.get("projection_rows"), dof=p.get("dof"), calibration=p.get("calibration", "exact"),
+        projection_rows=p.get("projection_rows"), dof=p.get("dof"), public_n=p.get("public_n"), prior_dof=p.get("prior_dof"),
+        calibration=p.get("calibration", "exact"),
         row_ids=p.get("row_ids", "content"), projection=p.get("projection", "gram"), owner=OWNER,
     )
 
@@ -84,7 +88,8 @@ def _common_kwargs(config) -> dict:
         mechanism=config.mechanism, release_id=config.release_id, neighbors=config.privacy.neighbors,
         postprocess=p.get("postprocess", "none"), nonfinite=config.dataset.nonfinite,
         privacy_unit=config.dataset.privacy_unit, max_rows_per_unit=config.dataset.max_rows_per_unit,
-        projection_rows=p.get("projection_rows"), dof=p.get("dof"), calibration=p.get("calibration", "exact"),
+        projection_rows=p.get("projection_rows"), dof=p.get("dof"), public_n=p.get("public_n"), prior_dof=p.get("prior_dof"),
+        calibration=p.get("calibration", "exact"),
         row_ids=p.get("row_ids", "content"), projection=p.get("projection", "gram"),
         config_sha256=config.sha256,
         # A plain Parquet read: let the tasks read the files themselves (same matrix, faster).

@@ -3,8 +3,15 @@
 Implements Analyze Gauss of Dwork, Talwar, Thakurta & Zhang, "Analyze Gauss:
 Optimal Bounds for Privacy-Preserving Principal Component Analysis" (STOC
 2014), Algorithm 1, the baseline of Sheffet (arXiv 1507.00056), with the
-exact Gaussian calibration of Balle & Wang (2018) instead of the classic
-√(2 ln(1.25/δ))/ε.
+exact Gaussian calibration of Balle & Wang (2018) by default.
+
+``calibration="paper"`` (explicit, for reproducing Sheffet's Section 6 only)
+uses the σ Sheffet states for Analyze Gauss in his preliminaries,
+N(0, 2Δ²·ln(2/δ)/ε²) (citing Dwork et al. 2006), i.e. σ = Δ·√(2 ln(2/δ))/ε.
+It is valid only for ε < 1 (refused otherwise) and is never less noise than
+the exact σ there; the release is charged as the Gaussian mechanism it
+really is (``GaussianEvent(σ/Δ)``), so the ledger records what it
+guarantees — slightly less than the requested (ε, δ).
 
 Guarantee: (ε, δ)-DP under the request's neighbour relation.
 
@@ -22,17 +29,51 @@ import math
 
 import numpy as np
 
+from spark_dp.errors import ConfigError
 from spark_dp.privacy import Chokepoint, GaussianEvent, gaussian_noise_multiplier, second_moment_l2_sensitivity
 
 POSTPROCESS = ("none", "psd", "shift")
+CALIBRATIONS = ("exact", "paper")
+PAPER_FORMULA = "paper: sigma = Delta sqrt(2 ln(2/delta))/epsilon (Sheffet Sec. 2, the Analyze Gauss baseline)"
+
+
+def analyze_gauss_paper_noise_multiplier(epsilon: float, delta: float, *, owner: str = "second_moment") -> float:
+    """PAPER MODE ONLY: z = σ/Δ = √(2 ln(2/δ))/ε, Sheffet's stated Analyze Gauss noise.
+
+    Raises:
+        ConfigError: ε ≥ 1, where this classic-form bound is not a valid
+            (ε, δ) Gaussian mechanism.
+    """
+    if not 0 < epsilon < 1:
+        raise ConfigError(
+            f"The 'epsilon' parameter of {owner} must be below 1 under calibration='paper' for mechanism "
+            f"'analyze_gauss' (the classic Gaussian bound is not valid above); use calibration='exact'. "
+            f"Got {epsilon:g} instead."
+        )
+    z = math.sqrt(2.0 * math.log(2.0 / delta)) / epsilon
+    # Sanity: for ε < 1 the classic form over-noises the exact calibration.
+    if z < gaussian_noise_multiplier(epsilon, delta):  # a theorem for ε < 1; checked in tests
+        raise ArithmeticError("paper Analyze Gauss sigma below the exact one")
+    return z
 
 
 def analyze_gauss_plan(
-    *, epsilon: float, delta: float, norm_bound: float, neighbors: str = "add_remove", max_rows_per_unit: int = 1
+    *, epsilon: float, delta: float, norm_bound: float, neighbors: str = "add_remove", max_rows_per_unit: int = 1,
+    calibration: str = "exact", owner: str = "second_moment",
 ) -> tuple[GaussianEvent, float, float]:
-    """The release's privacy event, its σ and its L2 sensitivity Δ (all public)."""
+    """The release's privacy event, its σ and its L2 sensitivity Δ (all public).
+
+    ``calibration``: ``exact`` (z from the exact Gaussian profile) or
+    ``paper`` (:func:`analyze_gauss_paper_noise_multiplier`). Either way the
+    event is the Gaussian mechanism at the z actually used.
+    """
     sensitivity = second_moment_l2_sensitivity(norm_bound, max_rows_per_unit=max_rows_per_unit, neighbors=neighbors)
-    z = gaussian_noise_multiplier(epsilon, delta)
+    if calibration == "paper":
+        z = analyze_gauss_paper_noise_multiplier(epsilon, delta, owner=owner)
+    elif calibration == "exact":
+        z = gaussian_noise_multiplier(epsilon, delta)
+    else:
+        raise ValueError(f"unknown calibration {calibration!r}; expected one of {list(CALIBRATIONS)}")
     return GaussianEvent(noise_multiplier=z), z * sensitivity, sensitivity
 
 

@@ -33,8 +33,9 @@ from spark_dp.errors import ConfigError
 from spark_dp.privacy import NEIGHBORS, Budget, Chokepoint
 from spark_dp.release import Release
 from spark_dp.second_moment.adassp import adassp, adassp_plan
+from spark_dp.second_moment.analyze_gauss import PAPER_FORMULA as AG_PAPER_FORMULA
 from spark_dp.second_moment.analyze_gauss import POSTPROCESS, analyze_gauss, analyze_gauss_plan
-from spark_dp.second_moment.inverse_wishart import inverse_wishart, inverse_wishart_plan
+from spark_dp.second_moment.inverse_wishart import inverse_wishart, inverse_wishart_plan, posterior_dof
 from spark_dp.second_moment.jl_ridge import CALIBRATIONS, PROJECTIONS, jl_ridge, jl_ridge_from_gram, jl_ridge_plan
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.regression import regression_coefficients, solve_normal_equations
@@ -52,7 +53,7 @@ THEOREM_NEIGHBORS = {
     "jl_ridge": "add/remove one row (exact chi-square profile); replace via group privacy of size 2",
     "wishart": "replace one row (Sheffet Thm 4.1); implies add/remove since the release depends on A^T A only",
     "inverse_wishart": "add/remove one row with public dof m (exact chi-square profile); replace via group privacy "
-                       "of size 2; the paper's m = n + m0 needs n public (replace-one) and is passed as dof",
+                       "of size 2; the paper's m = n + m0 (public_n) needs n public: replace-one only",
     "adassp": "as requested (sensitivities of lambda_min, X^T X and X^T y for the relation)",
 }
 
@@ -77,14 +78,21 @@ class MechanismPlan:
 def plan_mechanism(
     mechanism: str, *, d: int, epsilon: float, delta: float, norm_bound: float, neighbors: str = "add_remove",
     max_rows_per_unit: int = 1, postprocess: str = "none", projection_rows: int | None = None, dof: int | None = None,
+    public_n: int | None = None, prior_dof: int | None = None,
     calibration: str = "exact", row_ids: str = "content", projection: str = "gram", owner: str = "second_moment",
 ) -> MechanismPlan:
     """Validates the mechanism's parameters against d and plans its events.
 
     Raises ConfigError (naming the parameter) for: max_rows_per_unit > 1 with
     a Sheffet mechanism, r or m < d + 2, a Wishart k below Sheffet's bound
-    for (ε, δ), ε > 1 for Wishart, ``calibration="paper"`` other than for
-    jl_ridge.
+    for (ε, δ), ε > 1 for Wishart, ``calibration="paper"`` for
+    inverse_wishart or adassp (no paper constant we can cite) or with
+    ε ≥ 1 for analyze_gauss, ``public_n``/``prior_dof`` other than for
+    inverse_wishart, ``public_n`` with add/remove neighbours or with ``dof``.
+
+    ``public_n`` (inverse_wishart): the paper's posterior m = n + m₀ with n
+    public (given by the user, recorded in the manifest) and m₀ =
+    ``prior_dof`` (default d + 2); Sheffet's neighbours (replace one row).
     """
     V.check_option("calibration", calibration, CALIBRATIONS, owner=owner)
     V.check_option("row_ids", row_ids, ROW_IDS, owner=owner)
@@ -96,12 +104,29 @@ def plan_mechanism(
     if row_ids != "content" and projection != "rows":
         raise ConfigError(f"The 'row_ids' parameter of {owner} applies to projection 'rows' only (the default "
                           f"projection 'gram' draws no per-row randomness). Got {row_ids!r} with projection {projection!r}.")
-    if calibration == "paper" and mechanism != "jl_ridge":
-        raise ConfigError(f"The 'calibration' parameter of {owner} may be 'paper' only for mechanism 'jl_ridge'. Got {calibration!r} for {mechanism!r}.")
+    if calibration == "paper" and mechanism not in ("jl_ridge", "analyze_gauss", "wishart"):
+        raise ConfigError(f"The 'calibration' parameter of {owner} may be 'paper' only for mechanisms 'analyze_gauss', "
+                          f"'jl_ridge' and 'wishart' (no published constant to reproduce for {mechanism!r}). "
+                          f"Got {calibration!r} for {mechanism!r}.")
     if projection_rows is not None and mechanism != "jl_ridge":
         raise ConfigError(f"The 'projection_rows' parameter of {owner} applies to mechanism 'jl_ridge' only. Got {projection_rows} for {mechanism!r}.")
     if dof is not None and mechanism not in ("wishart", "inverse_wishart"):
         raise ConfigError(f"The 'dof' parameter of {owner} applies to mechanisms 'wishart' and 'inverse_wishart' only. Got {dof} for {mechanism!r}.")
+    for pname_, pval_ in (("public_n", public_n), ("prior_dof", prior_dof)):
+        if pval_ is not None and mechanism != "inverse_wishart":
+            raise ConfigError(f"The {pname_!r} parameter of {owner} applies to mechanism 'inverse_wishart' only. Got {pval_} for {mechanism!r}.")
+    if prior_dof is not None and public_n is None:
+        raise ConfigError(f"The 'prior_dof' parameter of {owner} needs 'public_n' (the posterior has m = public_n + prior_dof). "
+                          f"Got prior_dof={prior_dof} without public_n.")
+    if public_n is not None:
+        public_n = V.check_int("public_n", public_n, owner=owner, low=1)
+        if neighbors != "replace":
+            raise ConfigError(f"The 'public_n' parameter of {owner} needs neighbors 'replace' (n is public only when "
+                              f"neighbours replace a row, as in Sheffet's theorem). Got neighbors {neighbors!r}.")
+        if dof is not None:
+            raise ConfigError(f"The 'dof' parameter of {owner} must not be given with 'public_n' (m = public_n + prior_dof). Got {dof}.")
+        prior_dof = V.check_int("prior_dof", d + 2 if prior_dof is None else prior_dof, owner=owner, low=d)
+        dof = posterior_dof(public_n, prior_dof)
     if mechanism not in ("analyze_gauss", "adassp") and max_rows_per_unit != 1:
         raise ConfigError(
             f"The 'max_rows_per_unit' parameter of {owner} must be 1 for mechanism {mechanism!r} "
@@ -111,14 +136,17 @@ def plan_mechanism(
             "privacy_unit_rows": max_rows_per_unit, "theorem_neighbors": THEOREM_NEIGHBORS[mechanism]}
     if mechanism == "analyze_gauss":
         event, sigma, sens = analyze_gauss_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound,
-                                                neighbors=neighbors, max_rows_per_unit=max_rows_per_unit)
+                                                neighbors=neighbors, max_rows_per_unit=max_rows_per_unit,
+                                                calibration=calibration, owner=owner)
 
         def noise(gram, cp):
             return analyze_gauss(gram, chokepoint=cp, sigma=sigma, sensitivity=sens, postprocess=postprocess)
 
         privacy = {**base, "sensitivity": sens, "sensitivity_norm": "l2 of the upper triangle of A^T A",
-                   "noise": "gaussian", "noise_sigma": sigma, "calibration": "exact (Balle & Wang 2018)"}
-        return MechanismPlan(mechanism, [event], privacy, {"postprocess": postprocess}, noise)
+                   "noise": "gaussian", "noise_sigma": sigma, "noise_multiplier": event.noise_multiplier,
+                   "calibration": "exact (Balle & Wang 2018)" if calibration == "exact" else AG_PAPER_FORMULA,
+                   "event_representation": "GaussianEvent at the noise multiplier used (what the release guarantees)"}
+        return MechanismPlan(mechanism, [event], privacy, {"postprocess": postprocess, "calibration": calibration}, noise)
     if mechanism == "adassp":
         if postprocess != "none":
             raise ConfigError(f"The 'postprocess' parameter of {owner} must be 'none' for mechanism 'adassp' "
@@ -137,9 +165,11 @@ def plan_mechanism(
             return additive_wishart(gram, chokepoint=cp, event=event, k=k, norm_bound=norm_bound, postprocess=postprocess)
 
         privacy = {**base, "noise": "additive Wishart W_d(B^2 I, k)", "dof": k,
-                   "calibration": "Sheffet Thm 4.1: k >= d + 28 ln(4/delta)/epsilon^2",
+                   "calibration": f"{calibration}: Sheffet Thm 4.1, k >= d + 28 ln(4/delta)/epsilon^2 "
+                                  "(the paper's bound; no exact profile is known, so both modes plan the same k)",
                    "event_representation": "EpsilonDeltaEvent (tail bound; no tighter profile known)"}
-        return MechanismPlan(mechanism, [event], privacy, {"postprocess": postprocess, "dof": k}, noise)
+        return MechanismPlan(mechanism, [event], privacy, {"postprocess": postprocess, "dof": k,
+                                                           "calibration": calibration}, noise)
     r = default_projection_rows(d) if (projection_rows if mechanism == "jl_ridge" else dof) is None else int(
         projection_rows if mechanism == "jl_ridge" else dof)
     pname = "projection_rows" if mechanism == "jl_ridge" else "dof"
@@ -193,11 +223,18 @@ def plan_mechanism(
 
         privacy = {**base, "noise": "inverse-Wishart posterior sample W^-1(A^T A + w^2 I, m), rescaled by m - d - 1",
                    "dof": r, "ridge_w": w, "ridge_w2": w * w,
+                   "dof_rule": ("public dof m" if public_n is None else
+                                "Sheffet's posterior m = n + m0 with n public (public_n, given by the user; "
+                                "not checked against the data) under replace-one neighbours"),
+                   "public_n": public_n, "prior_dof": prior_dof,
                    "calibration": "exact chi-square privacy profile, worst case over a <= B^2/w^2",
                    "event_representation": type(event).__name__ + (
                        " (exact chi-square PLD, composed tightly)" if type(event).__name__ == "Chi2ProfileEvent"
                        else " at the calibrated (epsilon, delta)")}
-        return MechanismPlan(mechanism, [event], privacy, {"postprocess": postprocess, "dof": r}, noise)
+        iw_params = {"postprocess": postprocess, "dof": r}
+        if public_n is not None:
+            iw_params.update(public_n=public_n, prior_dof=prior_dof)
+        return MechanismPlan(mechanism, [event], privacy, iw_params, noise)
     raise ConfigError(f"unknown mechanism {mechanism!r}")
 
 
@@ -286,6 +323,8 @@ def second_moment(
     max_rows_per_unit: int = 1,
     projection_rows: int | None = None,
     dof: int | None = None,
+    public_n: int | None = None,
+    prior_dof: int | None = None,
     calibration: str = "exact",
     row_ids: str = "content",
     projection: str = "gram",
@@ -314,7 +353,12 @@ def second_moment(
         projection_rows: r of ``jl_ridge`` (default max(400, 2d)).
         dof: k of ``wishart`` (default Sheffet's minimum) or m of
             ``inverse_wishart`` (default max(400, 2d)).
-        calibration: ``exact`` (default) or ``paper`` (jl_ridge only).
+        public_n, prior_dof: ``inverse_wishart`` only: the paper's posterior
+            m = public_n + prior_dof (default prior_dof = d + 2) with n
+            public, which needs ``neighbors="replace"``; instead of ``dof``.
+        calibration: ``exact`` (default) or ``paper`` (the published
+            constants: jl_ridge's w², Analyze Gauss's σ = Δ√(2 ln(2/δ))/ε
+            with ε < 1; Wishart's k is the paper's bound either way).
         row_ids: jl_ridge's row ids with ``projection="rows"``: ``content``
             (default, partition-independent) or ``partition`` (no shuffle; see
             :mod:`spark_dp.aggregates.jl`).
@@ -341,7 +385,7 @@ def second_moment(
     d = vector_dimension(df, columns, dimension)  # schema check, no Spark job
     plan = plan_mechanism(mechanism, d=d, epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
                           max_rows_per_unit=max_rows_per_unit, postprocess=postprocess, projection_rows=projection_rows,
-                          dof=dof, calibration=calibration, row_ids=row_ids, projection=projection, owner=owner)
+                          dof=dof, public_n=public_n, prior_dof=prior_dof, calibration=calibration, row_ids=row_ids, projection=projection, owner=owner)
     request = _request(session, "second_moment", mechanism, columns, d, plan.params, epsilon, delta, norm_bound,
                        neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256)
     return _release(session, df, columns, task="second_moment", plan=plan, d=d, request=request,
@@ -370,6 +414,8 @@ def linear_regression(
     max_rows_per_unit: int = 1,
     projection_rows: int | None = None,
     dof: int | None = None,
+    public_n: int | None = None,
+    prior_dof: int | None = None,
     calibration: str = "exact",
     row_ids: str = "content",
     projection: str = "gram",
@@ -410,7 +456,7 @@ def linear_regression(
     d = vector_dimension(df, all_columns)  # label missing / non-numeric → SchemaError, no Spark job
     plan = plan_mechanism(mechanism, d=d, epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
                           max_rows_per_unit=max_rows_per_unit, postprocess=postprocess, projection_rows=projection_rows,
-                          dof=dof, calibration=calibration, row_ids=row_ids, projection=projection, owner=owner)
+                          dof=dof, public_n=public_n, prior_dof=prior_dof, calibration=calibration, row_ids=row_ids, projection=projection, owner=owner)
     params = {**plan.params, "ridge": ridge}
     request = _request(session, "linear_regression", mechanism, columns, d, params, epsilon, delta, norm_bound,
                        neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256, label=label)
@@ -453,6 +499,8 @@ def pca(
     max_rows_per_unit: int = 1,
     projection_rows: int | None = None,
     dof: int | None = None,
+    public_n: int | None = None,
+    prior_dof: int | None = None,
     calibration: str = "exact",
     row_ids: str = "content",
     projection: str = "gram",
@@ -477,7 +525,7 @@ def pca(
     k = V.check_int("k", k, owner=owner, low=1, high=d)
     plan = plan_mechanism(mechanism, d=d, epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
                           max_rows_per_unit=max_rows_per_unit, postprocess=postprocess, projection_rows=projection_rows,
-                          dof=dof, calibration=calibration, row_ids=row_ids, projection=projection, owner=owner)
+                          dof=dof, public_n=public_n, prior_dof=prior_dof, calibration=calibration, row_ids=row_ids, projection=projection, owner=owner)
     params = {**plan.params, "k": k}
     request = _request(session, "pca", mechanism, columns, d, params, epsilon, delta, norm_bound, neighbors, nonfinite,
                        privacy_unit, max_rows_per_unit, config_sha256)

@@ -11,12 +11,20 @@ differentially private. The privacy condition used here is the *exact*
   L = (m/2)·ln(1+a) − ½·vᵀX⁻¹v with vᵀX⁻¹v ~ (a/(1+a))χ²_m under P₁ and
   a·χ²_m under P₀ — the JL profile with P₀, P₁ swapped. w is the smallest
   ridge whose worst case over a ∈ (0, a_max] meets (ε, δ).
-* m is a *public* parameter (``dof``). The paper uses m = n + m₀, which is
-  only valid when n is public (its replace-one neighbours). Under add/remove
-  n is private and an m depending on it would break the cancellation of the
-  determinant term, so here m is chosen by the user; a public n may be
-  passed as ``dof = n + m₀`` to get the paper's posterior exactly.
-* Replace-one: group privacy of the add/remove profile (ε/2, δ/(1+e^{ε/2})).
+* m is a *public* parameter. Either the user picks it (``dof``), or the
+  paper's posterior m = n + m₀ (:func:`posterior_dof`) with n *public*
+  (``public_n``, given by the user and recorded in the manifest) and the
+  prior's m₀ (``prior_dof``). n is public only under Sheffet's replace-one
+  neighbours, so that mode requires ``neighbors="replace"``. Under
+  add/remove n is private and an m depending on it would break the
+  cancellation of the determinant term.
+* Whatever m is, it is a constant of the mechanism: the add/remove profile
+  holds for every pair of datasets at that m, so replace-one follows by
+  group privacy of size 2 (the chain D → D − u → D − u + v keeps m fixed):
+  calibrated at (ε/2, δ/(1+e^{ε/2})).
+* Calibration: the paper's own inverse-Wishart constant is not in our
+  source text, so ``calibration="paper"`` is refused for this mechanism;
+  the exact profile is valid for any public m.
 
 Sampling (Bartlett-free, driven by the chokepoint's sampler): with
 Σ = LLᵀ (Cholesky) and G an m×d matrix of i.i.d. N(0, 1), the rows of GL⁻¹
@@ -32,6 +40,11 @@ from scipy import linalg
 
 from spark_dp.privacy import Chi2ProfileEvent, Chokepoint, EpsilonDeltaEvent
 from spark_dp.privacy.chi2_profile import add_remove_target, calibrate_a_max
+
+
+def posterior_dof(public_n: int, prior_dof: int) -> int:
+    """The paper's posterior degrees of freedom m = n + m₀ (n public, m₀ the prior's)."""
+    return int(public_n) + int(prior_dof)
 
 
 def inverse_wishart_plan(

@@ -17,6 +17,9 @@ Guarantee and neighbour relation:
   recorded as an :class:`~spark_dp.privacy.EpsilonDeltaEvent` and composed
   through its PLD. We accept 0 < ε ≤ 1 only, the range in which such tail
   arguments are stated; larger ε is refused rather than extrapolated.
+* Calibration: Sheffet's bound *is* the only calibration known for this
+  mechanism, so ``calibration="exact"`` and ``calibration="paper"`` plan
+  the same k (the manifest records which was asked for).
 * This is *not* the Wishart mechanism of Jiang et al. (2016, df = d + 1),
   which was shown not to be DP.
 
