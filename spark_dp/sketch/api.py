@@ -143,6 +143,7 @@ def count_sketch(
     levels: int | None = None,
     release_id: str | None = None,
     config_sha256: str | None = None,
+    source_paths: Sequence[str] | None = None,
 ) -> Release:
     """Releases a private sketch (or known-domain histogram) of ``df[column]``.
 
@@ -189,6 +190,13 @@ def count_sketch(
         release_id: idempotency key (a release id seen before returns the
             stored release: no new noise, no new charge).
         config_sha256: the job config's digest, recorded in the manifest.
+        source_paths: the Parquet files ``df`` is a plain read of (as the job
+            passes for ``format: parquet``); the exact sketch is then built by
+            tasks reading them with pyarrow
+            (:func:`~spark_dp.aggregates.sketch.sketch_table_parquet`) — the
+            same table, without Spark's Parquet reader and the JVM → Arrow
+            conversion. Leave None for any other DataFrame. Used for the
+            sketch mechanisms (not ``histogram`` or ``levels``).
 
     Returns:
         A :class:`Release` with arrays ``sketch`` (k, b) and ``seeds`` (k, 2)
@@ -218,6 +226,13 @@ def count_sketch(
     V.check_str("column", column, owner=owner)
     if not isinstance(df, DataFrame):
         raise SchemaError(f"The 'df' parameter of {owner} must be a Spark DataFrame. Got {type(df).__name__} instead.")
+    if source_paths is not None:
+        if isinstance(source_paths, str):
+            source_paths = [source_paths]
+        if not isinstance(source_paths, Sequence) or not all(isinstance(x, str) for x in source_paths):
+            raise ConfigError(f"The 'source_paths' parameter of {owner} must be a list of Parquet paths. "
+                              f"Got {source_paths!r} instead.")
+        source_paths = list(source_paths)
     for name, col in (("weight", weight), ("privacy_unit", privacy_unit)):
         if col is not None:
             V.check_str(name, col, owner=owner)
@@ -290,6 +305,13 @@ def count_sketch(
 
             common.pop("nulls")
             return dyadic_tables(df, column, seeds=level_seeds, buckets=b, levels=levels, **common)
+        if source_paths:
+            from spark_dp.aggregates.sketch import sketch_table_parquet
+
+            # Same table, with the tasks reading the Parquet files themselves
+            # (falls back to the Spark reader for privacy units; docs/benchmarks_sketch.md).
+            return sketch_table_parquet(source_paths, column, seeds=seeds, buckets=b, signed=SIGNED[mechanism],
+                                        unit_l2_bound=C, spark=df.sparkSession, **common)
         return sketch_table(df, column, seeds=seeds, buckets=b, signed=SIGNED[mechanism], unit_l2_bound=C, **common)
 
     hh_info: dict[str, Any] = {"top": top, "threshold": threshold}
