@@ -3,7 +3,10 @@
 The dataset is an explicit tensor (``format: tensor``, a ``.npy`` file of
 shape (d, d, d); neighbours ``tensor_entry``) or rows in a Spark format whose
 third moment Σ x^⊗3 is decomposed without forming it (neighbours
-``add_remove`` / ``replace``; ``privacy.norm_bound`` required).
+``add_remove`` / ``replace``; ``privacy.norm_bound`` required). For a plain
+Parquet dataset in ``reuse`` mode the tasks read the files themselves and
+keep the prepared rows in their Python workers between rounds
+(``params.worker_cache_bytes`` caps that cache per worker; 0 turns it off).
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ PARAMS = {
     "rows_per_round": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
     "calibration": lambda k, v: V.check_option(k, v, CALIBRATIONS, owner=OWNER),
     "whiten": _bool,
+    # Speed only (not part of the request): cap of each Python worker's block
+    # cache when reuse-mode passes read Parquet files in the tasks; 0 = off.
+    "worker_cache_bytes": lambda k, v: V.check_int(k, v, owner=OWNER, low=0),
 }
 
 
@@ -138,7 +144,12 @@ def _run(session, config, spark):
         session, df, columns=list(config.dataset.columns), norm_bound=config.privacy.norm_bound,
         mode=_p(config, "mode"), rows_per_round=_p(config, "rows_per_round"), nonfinite=config.dataset.nonfinite,
         dimension=config.dataset.dimension, privacy_unit=config.dataset.privacy_unit,
-        max_rows_per_unit=config.dataset.max_rows_per_unit, **kw,
+        max_rows_per_unit=config.dataset.max_rows_per_unit,
+        # A plain Parquet read: reuse-mode passes read the files in the tasks
+        # and keep the prepared rows in the Python workers (same results).
+        source_paths=[config.dataset.path] if (config.dataset.format == "parquet" and config.dataset.path
+                                               and not config.dataset.options) else None,
+        worker_cache_bytes=_p(config, "worker_cache_bytes"), **kw,
     )
 
 

@@ -98,6 +98,9 @@ def tensor_decomposition(
     rng: np.random.Generator | None = None,
     dataset_path: str | None = None,
     config_sha256: str | None = None,
+    source_paths: list[str] | None = None,
+    worker_cache_bytes: int | None = None,
+    clear_worker_cache: bool = False,
 ) -> Release:
     """Releases the first k eigenpairs of a symmetric third-order tensor (Wang & Anandkumar 2016).
 
@@ -135,6 +138,18 @@ def tensor_decomposition(
             default fresh OS entropy.
         dataset_path: path of the data, recorded in the request (jobs).
         config_sha256: digest of the job config.
+        source_paths: the Parquet files ``data`` is a plain read of (as the
+            job passes for ``format: parquet``). In ``reuse`` mode the passes
+            then read the files in the tasks and keep the prepared rows in a
+            bounded cache in each Python worker, so later rounds do only
+            BLAS (:func:`spark_dp.aggregates.moments.parquet_rows`); same
+            results. ``fresh`` mode (and a ``privacy_unit``) keeps the Spark
+            path. Leave None for any other DataFrame.
+        worker_cache_bytes: cap of each Python worker's block cache for
+            ``source_paths`` (default 2 GiB); 0 reads the files every round.
+        clear_worker_cache: after the decomposition, drop its rows from the
+            worker caches (best effort) instead of leaving them to the cap
+            and Spark's idle-worker timeout.
 
     Returns:
         A :class:`Release` with arrays ``eigenvalues`` (k,) and
@@ -213,7 +228,7 @@ def tensor_decomposition(
 
     # -- rows --------------------------------------------------------------------
     from spark_dp.aggregates import NONFINITE_POLICIES, vector_dimension
-    from spark_dp.aggregates.moments import prepare_rows, third_moment_sums
+    from spark_dp.aggregates.moments import third_moment_sums
 
     if columns is None:
         raise ConfigError(f"The 'columns' parameter of {OWNER} is required for rows (a DataFrame).")
@@ -223,6 +238,12 @@ def tensor_decomposition(
     if privacy_unit is not None:
         V.check_str("privacy_unit", privacy_unit, owner=OWNER)
     columns = list(columns) if not isinstance(columns, str) else columns
+    if source_paths is not None and (isinstance(source_paths, str) or not all(isinstance(p, str) for p in source_paths)):
+        raise ConfigError(f"The 'source_paths' parameter of {OWNER} must be a list of paths. Got {source_paths!r} instead.")
+    if worker_cache_bytes is not None:
+        worker_cache_bytes = V.check_int("worker_cache_bytes", worker_cache_bytes, owner=OWNER, low=0)
+    if not isinstance(clear_worker_cache, bool):
+        raise ConfigError(f"The 'clear_worker_cache' parameter of {OWNER} must be a bool. Got {clear_worker_cache!r} instead.")
     d = vector_dimension(data, columns, dimension)  # schema check, no Spark job
     k, L, R = check_counts(k, restarts, iterations, d, owner=OWNER, names=("restarts", "iterations"))
     eigen_pass = private
@@ -236,21 +257,20 @@ def tensor_decomposition(
                   else "every pass reads all rows",
         "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
     }}
+    source = _RowsSource(data, columns, dimension=dimension, privacy_unit=privacy_unit,
+                         max_rows_per_unit=max_rows_per_unit, passes=None, mode=mode, source_paths=source_paths,
+                         cache_bytes=worker_cache_bytes, clear_cache=clear_worker_cache)
     if whiten:
-        return _whitened_rows(session, data, columns, release_id=release_id, request=request, extra=extra,
+        return _whitened_rows(session, source, release_id=release_id, request=request, extra=extra,
                               mechanism=mechanism, private=private, k=k, L=L, R=R, d=d, mode=mode,
                               epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
-                              calibration=calibration, nonfinite=nonfinite, dimension=dimension,
-                              privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, rng=rng,
-                              config_sha256=config_sha256)
+                              calibration=calibration, nonfinite=nonfinite,
+                              max_rows_per_unit=max_rows_per_unit, rng=rng, config_sha256=config_sha256)
     if private:
         plan = rows_plan(epsilon=epsilon, delta=delta, k=k, L=L, R=R, norm_bound=norm_bound, mode=mode,
                          calibration=calibration, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit)
-    seed = int(rng.integers(0, 2**62))
-
-    def prepare() -> DataFrame:
-        return prepare_rows(data, columns, dimension=dimension, privacy_unit=privacy_unit,
-                            max_rows_per_unit=max_rows_per_unit, passes=passes, seed=seed)[0]
+    source.passes, source.seed = passes, int(rng.integers(0, 2**62))
+    prepare = source.prepare
 
     def moments_of(frame: DataFrame):
         def moments(U: np.ndarray, pass_index: int):
@@ -265,7 +285,7 @@ def tensor_decomposition(
                 return online_tensor_power_method(moments_of(frame), d=d, k=k, L=L, R=R, rng=rng,
                                                   rows_per_round=rows_per_round)
             finally:
-                frame.unpersist()
+                source.release(frame)
         return _public_release(session, release_id, request, extra, mechanism, run, config_sha256)
 
     def noise(frame: DataFrame, cp: Chokepoint) -> dict[str, np.ndarray]:
@@ -277,7 +297,7 @@ def tensor_decomposition(
                 moments_of(frame), d=d, k=k, L=L, R=R, plan=plan, chokepoint=cp, rng=rng,
                 rows_per_round=rows_per_round))
         finally:
-            frame.unpersist()
+            source.release(frame)
 
     privacy = {
         "sensitivity": plan.sensitivity, "sensitivity_norm":
@@ -289,26 +309,58 @@ def tensor_decomposition(
                             neighbors, epsilon, delta, config_sha256)
 
 
-def _whitened_rows(session, data, columns, *, release_id, request, extra, mechanism, private, k, L, R, d, mode,
-                   epsilon, delta, norm_bound, neighbors, calibration, nonfinite, dimension, privacy_unit,
-                   max_rows_per_unit, rng, config_sha256) -> Release:
+class _RowsSource:
+    """Where the passes read the rows: a cached vectorised frame, or Parquet files read by the tasks.
+
+    ``reuse`` mode over plain Parquet files (``source_paths``) reads them in
+    the tasks with the worker block cache; everything else (``fresh`` mode's
+    pass index, privacy units, other sources) caches the vectorised frame.
+    """
+
+    def __init__(self, data, columns, *, dimension, privacy_unit, max_rows_per_unit, passes, mode, source_paths,
+                 cache_bytes, clear_cache) -> None:
+        self.data, self.columns, self.dimension = data, columns, dimension
+        self.privacy_unit, self.max_rows_per_unit = privacy_unit, max_rows_per_unit
+        self.passes, self.seed, self.mode = passes, 0, mode
+        self.source_paths, self.cache_bytes, self.clear_cache = source_paths, cache_bytes, clear_cache
+
+    def prepare(self):
+        from spark_dp.aggregates.moments import parquet_rows, prepare_rows
+
+        if self.mode == "reuse" and self.source_paths:
+            kw = {} if self.cache_bytes is None else {"cache_bytes": self.cache_bytes}
+            rows = parquet_rows(self.source_paths, self.columns, dimension=self.dimension,
+                                privacy_unit=self.privacy_unit, spark=self.data.sparkSession, **kw)
+            if rows is not None:
+                return rows
+        return prepare_rows(self.data, self.columns, dimension=self.dimension, privacy_unit=self.privacy_unit,
+                            max_rows_per_unit=self.max_rows_per_unit, passes=self.passes, seed=self.seed)[0]
+
+    def release(self, frame) -> None:
+        from spark_dp.aggregates.moments import ParquetRows, clear_worker_cache
+
+        frame.unpersist()
+        if self.clear_cache and isinstance(frame, ParquetRows) and frame.tasks:
+            clear_worker_cache(frame.spark, frame.uris)
+
+
+def _whitened_rows(session, source, *, release_id, request, extra, mechanism, private, k, L, R, d, mode,
+                   epsilon, delta, norm_bound, neighbors, calibration, nonfinite, max_rows_per_unit, rng,
+                   config_sha256) -> Release:
     """Whitened decomposition over rows (see :mod:`spark_dp.tensor.whiten`)."""
-    from spark_dp.aggregates.moments import prepare_rows, second_moment_sums, third_moment_sums
+    from spark_dp.aggregates.moments import second_moment_sums, third_moment_sums
     from spark_dp.tensor.whiten import (
         private_whitened_power_method,
         whitened_online_power_method,
         whitened_rows_plan,
     )
 
-    passes = k * passes_per_component(R, private) if mode == "fresh" else None
-    seed = int(rng.integers(0, 2**62))
+    source.passes = k * passes_per_component(R, private) if mode == "fresh" else None
+    source.seed = int(rng.integers(0, 2**62))
     if private:
         plan = whitened_rows_plan(epsilon=epsilon, delta=delta, k=k, L=L, R=R, norm_bound=norm_bound, mode=mode,
                                   calibration=calibration, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit)
-
-    def prepare() -> DataFrame:
-        return prepare_rows(data, columns, dimension=dimension, privacy_unit=privacy_unit,
-                            max_rows_per_unit=max_rows_per_unit, passes=passes, seed=seed)[0]
+    prepare = source.prepare
 
     def moments_of(frame):
         return lambda U, p: third_moment_sums(frame, U, norm_bound=norm_bound, nonfinite=nonfinite,
@@ -325,7 +377,7 @@ def _whitened_rows(session, data, columns, *, release_id, request, extra, mechan
                 M2, n = second_moment_sums(frame, d, norm_bound=norm_bound, nonfinite=nonfinite)
                 return whitened_online_power_method(moments_of(frame), M2 / max(n, 1.0), k=k, L=L, R=R, rng=rng)
             finally:
-                frame.unpersist()
+                source.release(frame)
         return _public_release(session, release_id, request, extra, mechanism, run, config_sha256, payload=payload)
 
     def compute():
@@ -339,13 +391,13 @@ def _whitened_rows(session, data, columns, *, release_id, request, extra, mechan
                 moments_of(frame), gram, k=k, L=L, R=R, plan=plan, chokepoint=cp, rng=rng, norm_bound=norm_bound,
                 mode=mode, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit))
         finally:
-            frame.unpersist()
+            source.release(frame)
 
     privacy = {
         "sensitivity": {"second_moment": plan.sensitivity,
                         "power_passes": "sqrt(L)*B_y^3 per row, B_y = ||W||_op * B from the released M2"},
         "noise": "gaussian", "second_moment_sigma": plan.sigma, "norm_bound": norm_bound,
-        "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit, "whiten": True,
+        "privacy_unit": source.privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit, "whiten": True,
     }
     return _private_release(session, plan, release_id, request, extra, mechanism, compute, noise, privacy,
                             neighbors, epsilon, delta, config_sha256)
