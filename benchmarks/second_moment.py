@@ -167,6 +167,12 @@ def bench_size(spark, path: str, n: int, d: int, reps: int, tmp: str) -> list[di
         return lambda: session.second_moment(cached, ["v"], epsilon=1.0, delta=1e-6, norm_bound=NORM_BOUND,
                                              dimension=d)["matrix"]
 
+    def jl(r: int):
+        session = spark_dp.DPSession(f"bench.jl.n{n}.d{d}", ledger=f"sqlite:///{tmp}/ledger-jl.db",
+                                     epsilon_limit=1e9, delta_limit=0.5, output=f"{tmp}/releases")
+        return lambda: session.second_moment(cached, ["v"], epsilon=1.0, delta=1e-6, norm_bound=NORM_BOUND,
+                                             dimension=d, mechanism="jl_ridge", projection_rows=r)["matrix"]
+
     def numpy_with(k):
         def run():
             numpy_threads(k)
@@ -197,6 +203,9 @@ def bench_size(spark, path: str, n: int, d: int, reps: int, tmp: str) -> list[di
          lambda: vectors.select(Summarizer.metrics("mean", "variance").summary(F.col("vec"))).collect(), None),
         ("dp_numpy", "DP release `DPSession.second_moment`, sampler `numpy`, cached DataFrame", dp("numpy"), None),
         ("dp_secure", "DP release `DPSession.second_moment`, sampler `secure` (default)", dp("secure"), None),
+        ("jl_d", f"DP release `jl_ridge`, r = d + 2 = {d + 2} (projection `gram`, default), cached DataFrame",
+         jl(d + 2), None),
+        ("jl_4d", f"DP release `jl_ridge`, r = 4d = {4 * d} (projection `gram`), cached DataFrame", jl(4 * d), None),
     ]
     walls: dict[str, list[float]] = {k: [] for k, *_ in rows}
     cpus: dict[str, list[float]] = {k: [] for k, *_ in rows}
@@ -242,7 +251,9 @@ def table(results: dict[tuple[int, int], list[dict]], meta: dict) -> str:
                 f"{by['dp_numpy']['wall'] / k:.2f}×, sampler `secure` {by['dp_secure']['wall'] / k:.2f}×. "
                 f"Speed-ups (time ratios): new kernel over the previous one (cached) "
                 f"{by['baseline']['wall'] / k:.2f}×; `gram_matrix_parquet` over `gram_matrix(spark.read.parquet)` "
-                f"{by['sparkread']['wall'] / by['direct']['wall']:.2f}×.",
+                f"{by['sparkread']['wall'] / by['direct']['wall']:.2f}×. "
+                f"JL release ÷ kernel (target ≤ 1.5× for r ≤ 4d): r = d + 2 {by['jl_d']['wall'] / k:.2f}×, "
+                f"r = 4d {by['jl_4d']['wall'] / k:.2f}×.",
                 f"Same ratios in CPU-seconds (less load-sensitive): DP ÷ kernel `numpy` "
                 f"{by['dp_numpy']['cpu'] / by['cached']['cpu']:.2f}×, `secure` {by['dp_secure']['cpu'] / by['cached']['cpu']:.2f}×; "
                 f"numpy 1-thread CPU ÷ kernel CPU {by['numpy1']['cpu'] / by['cached']['cpu']:.2f} (cached), "

@@ -9,7 +9,9 @@ Gaussian and Laplace events alike.
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,17 +52,47 @@ def compose_epsilon(events: Sequence[Event], delta: float) -> float:
     if all(isinstance(e, GaussianEvent) for e in events):
         mu = total_mu(events)  # type: ignore[arg-type]
         return float(dp_accounting.get_epsilon_gaussian(1.0 / mu, delta))
+    return _pld_epsilon(tuple(Counter(events).items()), float(delta))
+
+
+_PLD_CACHE: dict[tuple[frozenset, float], float] = {}
+_PLD_CACHE_SIZE = 128
+_PLD_CACHE_LOCK = threading.Lock()
+
+
+def _pld_epsilon(items: tuple, delta: float) -> float:
+    """PLD ε of the multiset ``items`` ((event, count) pairs), memoised on the multiset.
+
+    A release checks its budget before any Spark work and again inside the
+    charge's transaction, over the same ledger history: the second
+    composition (≈ 0.5 s for a χ² profile with some history) is then free.
+    The events are public and immutable, so the cache holds nothing private.
+    """
+    key = (frozenset(items), delta)
+    with _PLD_CACHE_LOCK:
+        if key in _PLD_CACHE:
+            return _PLD_CACHE[key]
     composed = None
-    for event, count in Counter(events).items():  # identical events: one self-composition
+    for event, count in items:  # identical events: one self-composition
         dist = _pld_of(event)
         if count > 1:
             dist = dist.self_compose(count)
         composed = dist if composed is None else composed.compose(dist)
-    return float(composed.get_epsilon_for_delta(delta))
+    eps = float(composed.get_epsilon_for_delta(delta))
+    with _PLD_CACHE_LOCK:
+        if len(_PLD_CACHE) >= _PLD_CACHE_SIZE:
+            _PLD_CACHE.pop(next(iter(_PLD_CACHE)))  # oldest first
+        _PLD_CACHE[key] = eps
+    return eps
 
 
+@functools.lru_cache(maxsize=64)
 def _pld_of(event: Event) -> pld_lib.PrivacyLossDistribution:
-    """Pessimistic PLD of one event (dp-accounting; add/remove neighbours)."""
+    """Pessimistic PLD of one event (dp-accounting; add/remove neighbours).
+
+    Memoised: events are immutable and public, and dp-accounting's compose /
+    self_compose return new distributions without changing their inputs.
+    """
     if isinstance(event, GaussianEvent):
         return pld_lib.from_gaussian_mechanism(event.noise_multiplier, value_discretization_interval=_PLD_INTERVAL)
     if isinstance(event, LaplaceEvent):
