@@ -1,5 +1,6 @@
 """Power-method passes over Parquet read by the tasks, with the Python-worker block cache."""
 
+import json
 import os
 
 import numpy as np
@@ -274,3 +275,32 @@ def test_bad_cache_options_fail_before_anything(spark, tmp_path):
         tensor_decomposition(session, df, k=1, mechanism="online_power_method", columns=["a", "b"], norm_bound=1.0,
                              mode="reuse", source_paths="/x")
     assert not os.path.exists(tmp_path / "out") or not os.listdir(tmp_path / "out")
+
+
+def _job(tmp_path, path, **params):
+    import yaml
+
+    cfg = {"release_id": "pq-1", "task": "tensor_decomposition", "mechanism": "private_power_method",
+           "dataset": {"id": "t.pq", "path": path, "format": "parquet", "columns": [f"x{j}" for j in range(D)]},
+           "privacy": {"epsilon": 50.0, "delta": 1e-4, "norm_bound": 1.0, "sampler": "numpy"},
+           "params": {"k": 2, "restarts": 3, "iterations": 3, "mode": "reuse", **params},
+           "ledger": {"uri": f"sqlite:///{tmp_path}/ledger.db", "epsilon_limit": 100.0, "delta_limit": 1e-3},
+           "output": {"path": str(tmp_path / "releases"), "format": "parquet"}}
+    p = tmp_path / "job.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return str(p)
+
+
+def test_job_reuse_mode_on_parquet_with_the_cache_option(spark, tmp_path, capsys):
+    from spark_dp.cli.main import main as cli_main
+
+    path = mixture_files(tmp_path)
+    assert cli_main(["release", _job(tmp_path, path, worker_cache_bytes=1 << 20)]) == 0
+    manifest = json.load(open(tmp_path / "releases" / "pq-1" / "manifest.json"))
+    assert "worker_cache_bytes" not in json.dumps(manifest["params"])  # speed only: not part of the request
+    capsys.readouterr()
+    (tmp_path / "bad").mkdir()
+    rc = cli_main(["release", _job(tmp_path / "bad", path, worker_cache_bytes=-1)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'params.worker_cache_bytes'" in err and err.count("\n") == 1
+    assert not (tmp_path / "bad" / "releases").exists()
