@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -131,13 +132,13 @@ def run_fn(rows, U, cap, policy="drop", B=1.2):
     return total, hits, reads
 
 
-def replace_file(uri, tmp_path, parts, name):
-    """Rewrites the file at ``uri`` with other rows, its time moved on by 1 s (coarse clocks)."""
+def replace_file(uri, tmp_path, parts, name, shift_ns=10**9):
+    """Rewrites the file at ``uri`` with other rows, its mtime set to the old one + ``shift_ns``."""
     f = uri.removeprefix("file://")
     st = os.stat(f)
     write_list_files(str(tmp_path / "tmp"), parts)
     os.replace(str(tmp_path / "tmp" / name), f)
-    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + shift_ns))
 
 
 @pytest.fixture
@@ -174,6 +175,13 @@ def test_second_call_is_served_from_the_cache_and_a_changed_file_is_read_again(s
     assert third[-1] == n_new and np.allclose(third[: D * L], S_new.ravel(), rtol=1e-12)
     # the stale version of that file's units is gone, not just shadowed
     assert sum(1 for k in empty_cache._entries if k[0] == f) == changed
+    # a rewrite that keeps the mtime (coarse clocks, copies with preserved times) is caught by inode/ctime
+    newer = np.random.default_rng(6).normal(size=parts[1].shape)
+    replace_file(f, tmp_path, [np.zeros((1, D)), newer], "part-1.parquet", shift_ns=0)
+    fourth, h5, r5 = run_fn(rows, U, 1 << 30)
+    assert (h5, r5) == (units - changed, changed)
+    S_newer, _, n_newer, _ = expected([parts[0], newer, parts[2]], U, 1.2, "drop")
+    assert fourth[-1] == n_newer and np.allclose(fourth[: D * L], S_newer.ravel(), rtol=1e-12)
 
 
 def test_eviction_under_a_tiny_cap(spark, tmp_path, empty_cache):
@@ -304,3 +312,44 @@ def test_job_reuse_mode_on_parquet_with_the_cache_option(spark, tmp_path, capsys
     err = capsys.readouterr().err
     assert rc == 2 and "'params.worker_cache_bytes'" in err and err.count("\n") == 1
     assert not (tmp_path / "bad" / "releases").exists()
+
+
+CONNECT_CLIENT = r'''
+import json, sys
+import numpy as np
+from pyspark.sql.connect.session import SparkSession as ConnectSession
+from spark_dp.runtime import get_spark
+from spark_dp.aggregates.moments import clear_worker_cache, parquet_rows, third_moment_sums
+
+spark = get_spark()
+assert isinstance(spark, ConnectSession), type(spark)
+path, U = sys.argv[1], np.array(json.loads(sys.argv[2]))
+rows = parquet_rows(path, ["x"], dimension=U.shape[0], spark=spark)
+out = []
+for _ in range(6):
+    S, m3, n = third_moment_sums(rows, U, norm_bound=1.2)
+    out.append({"S": S.tolist(), "m3": m3.tolist(), "n": n, "read": rows.last_pass.units_read,
+                "cached": rows.last_pass.units_cached})
+print(json.dumps({"passes": out, "units": sum(len(t) for t in rows.tasks), "cleared": clear_worker_cache(spark)}))
+'''
+
+
+def test_direct_pass_and_worker_cache_over_spark_connect(tmp_path, connect_server):
+    from tests._servers import run_client, spark_env
+
+    parts = data(12)
+    path = write_list_files(str(tmp_path / "x"), parts)
+    U = np.random.default_rng(13).standard_normal((D, L))
+    S_np, m3_np, n_np, _ = expected(parts, U, 1.2, "drop")
+    script = tmp_path / "client.py"
+    script.write_text(CONNECT_CLIENT)
+    run = run_client([sys.executable, str(script), path, json.dumps(U.tolist())],
+                     env=spark_env(tmp_path / "client-local", SPARK_REMOTE=connect_server.url),
+                     cwd=tmp_path / "client", name="tensor-pass")
+    assert run.returncode == 0, run.describe(connect_server)
+    res = json.loads(run.stdout.strip().splitlines()[-1])
+    for p in res["passes"]:
+        assert p["n"] == n_np and np.allclose(p["S"], S_np, rtol=1e-12) and np.allclose(p["m3"], m3_np, rtol=1e-12)
+        assert p["read"] + p["cached"] == res["units"]
+    assert res["passes"][0]["read"] == res["units"] and sum(p["cached"] for p in res["passes"]) > 0
+    assert res["cleared"] >= 1

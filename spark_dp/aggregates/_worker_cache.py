@@ -8,7 +8,8 @@ float64 rows here, so a later round that lands on the same worker does only
 BLAS instead of reading and decoding the file again.
 
 * **Key**: everything the rows depend on: the file's URI, size and
-  modification time (read in the task through ``pyarrow.fs``), the unit's
+  modification time (read in the task through ``pyarrow.fs``; local files
+  also their inode and status-change time), the unit's
   row-group share (part, parts), the columns, the layout, d, the norm bound
   and the non-finite policy. A changed file has a new size or time, so it
   is read again (and the stale entry dropped), never served stale.
@@ -93,28 +94,37 @@ class BlockCache:
 CACHE = BlockCache()
 
 
-def file_version(uri: str) -> tuple[int, int]:
-    """(size, mtime in ns) of the file at ``uri``, through ``pyarrow.fs`` (errors propagate)."""
+def file_version(uri: str) -> tuple[int, ...]:
+    """The version of the file at ``uri``: (size, mtime in ns), read through ``pyarrow.fs`` (errors propagate).
+
+    Local files add their inode and status-change time (``st_ctime_ns``,
+    which a rewrite or rename always moves and ``utime`` cannot set back), so
+    a same-size rewrite within the file system's mtime resolution is caught
+    too. Other stores give what ``pyarrow.fs`` reports (size and time).
+    """
     import pyarrow.fs as pafs
 
     fs, path = pafs.FileSystem.from_uri(uri)
     info = fs.get_file_info(path)
     if info.type != pafs.FileType.File:
         raise FileNotFoundError(f"{uri!r} is not a file")
-    return int(info.size or 0), int(info.mtime_ns or 0)
+    version: tuple[int, ...] = (int(info.size or 0), int(info.mtime_ns or 0))
+    if isinstance(fs, pafs.LocalFileSystem):
+        st = os.stat(path)
+        version += (int(st.st_ino), int(st.st_ctime_ns))
+    return version
 
 
-def unit_key(unit: tuple[str, int, int], version: tuple[int, int], columns: Sequence[str], layout: str, d: int,
+def unit_key(unit: tuple[str, int, int], version: tuple[int, ...], columns: Sequence[str], layout: str, d: int,
              norm_bound: float, nonfinite: str) -> tuple:
-    """The cache key of one unit's prepared rows: ``(uri, size, mtime_ns, part, parts, ...)``."""
+    """The cache key of one unit's prepared rows: ``(uri, version, part, parts, columns, layout, d, B, policy)``."""
     uri, part, parts = unit
-    return (uri, version[0], version[1], int(part), int(parts), tuple(columns), layout, int(d), float(norm_bound),
-            nonfinite)
+    return (uri, tuple(version), int(part), int(parts), tuple(columns), layout, int(d), float(norm_bound), nonfinite)
 
 
 def drop_stale(key: tuple) -> int:
-    """Drops every entry of ``key``'s file whose version (size, mtime) differs: they can never be hit again."""
-    return CACHE.drop_where(lambda k: k[0] == key[0] and k[1:3] != key[1:3])
+    """Drops every entry of ``key``'s file whose version differs: they can never be hit again."""
+    return CACHE.drop_where(lambda k: k[0] == key[0] and k[1] != key[1])
 
 
 def worker_id() -> int:
