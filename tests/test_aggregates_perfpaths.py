@@ -146,15 +146,18 @@ def test_parquet_path_reads_itself_and_splits_files(spark, parquet_data, monkeyp
         raise AssertionError("the Spark reader was used")
 
     monkeypatch.setattr(gram, "gram_matrix", no_fallback)
-    key = "spark.sql.files.maxPartitionBytes"
-    spark.conf.set(key, "4096")  # several tasks share the file's row groups
-    try:
-        tasks = gram.plan_tasks(spark, spark.read.parquet(path).inputFiles(), 8 * 4 * 4)
-        assert len(tasks) > 1 and len({u[1] for t in tasks for u in t}) > 1
-        got = gram_matrix_parquet([path], ["x"], norm_bound=1.0, dimension=4, spark=spark)
-    finally:
-        spark.conf.unset(key)
-    assert _rel_err(got, _expected(X, 1.0)) < 1e-9
+    files = spark.read.parquet(path).inputFiles()
+    assert len(gram.plan_tasks(spark, files, 8 * 4 * 4)) == 1  # a few KB: below Spark's open cost, not split
+    for key, value in [("spark.sql.files.maxPartitionBytes", "4096"),  # split above maxPartitionBytes
+                       ("spark.sql.files.openCostInBytes", "1")]:  # or in one part per core (total / slots)
+        spark.conf.set(key, value)
+        try:
+            tasks = gram.plan_tasks(spark, files, 8 * 4 * 4)
+            assert len(tasks) == 2 and len({u[1] for t in tasks for u in t}) > 1  # both cores share the file
+            got = gram_matrix_parquet([path], ["x"], norm_bound=1.0, dimension=4, spark=spark)
+        finally:
+            spark.conf.unset(key)
+        assert _rel_err(got, _expected(X, 1.0)) < 1e-9
 
 
 def test_task_planning_balances_bytes_over_a_multiple_of_the_cores(spark):

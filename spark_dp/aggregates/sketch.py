@@ -955,19 +955,10 @@ class _ParquetSketchTask:
 
 
 def _open_parquet(uri: str, dictionary_column: str | None):
-    """:func:`~spark_dp.aggregates._parquet_tasks.open_parquet` with ``read_dictionary=[dictionary_column]``.
+    """:func:`~spark_dp.aggregates._parquet_tasks.open_parquet` with ``read_dictionary=[dictionary_column]``."""
+    from spark_dp.aggregates._parquet_tasks import open_parquet
 
-    A copy of that opener (local files memory-mapped) until it passes
-    pyarrow options through.
-    """
-    import pyarrow.fs as pafs
-    import pyarrow.parquet as pq
-
-    opts = {} if dictionary_column is None else {"read_dictionary": [dictionary_column]}
-    fs, path = pafs.FileSystem.from_uri(uri)
-    if isinstance(fs, pafs.LocalFileSystem):
-        return pq.ParquetFile(path, memory_map=True, **opts)
-    return pq.ParquetFile(path, filesystem=fs, pre_buffer=True, **opts)
+    return open_parquet(uri) if dictionary_column is None else open_parquet(uri, read_dictionary=[dictionary_column])
 
 
 def sketch_table_parquet(
