@@ -473,6 +473,93 @@ class _SketchKernel:
             yield self.dense_batch(acc)
 
 
+def hashed_id_column(item: Column, seed: int, levels: int) -> Column:
+    """The public domain hash of a dyadic release: xxhash64(seed, item) & (2^L − 1), a bigint in [0, 2^L)."""
+    return F.xxhash64(_seed_lit(seed), item).bitwiseAND(F.lit((1 << int(levels)) - 1).cast("long"))
+
+
+class _DyadicKernel(_SketchKernel):
+    """The Arrow build of the (L, k, b) dyadic stack (same table as the SQL explode of :func:`dyadic_tables`).
+
+    Per distinct item: its id (the integer itself, or the public hash
+    xxhash64(seed, item) & (2^L − 1)); null items and integers outside
+    [0, 2^L) are not counted; then per level ℓ the prefix id >> (L − ℓ) is
+    hashed with the level's k bucket and sign seeds. Counter index
+    ((ℓ − 1)·k + rep)·b + bucket, so the flat table reshapes to (L, k, b).
+    """
+
+    def __init__(self, kind: str, seeds: Sequence[Sequence[int]], buckets: int, levels: int, hash_seed: int | None,
+                 *, weighted: bool, preaggregate: bool, dense: bool, chunk_rows: int = CHUNK_ROWS,
+                 block_items: int | None = None):
+        self.levels, self.reps = int(levels), len(seeds[0])
+        self.kind, self.k, self.b = kind, self.levels * self.reps, int(buckets)
+        self.chunk_rows = int(chunk_rows)
+        # L·k counters per item: keep a block's (L·k × items) temporaries about the plain kernel's size
+        self.block_items = int(block_items or max(1024, _BLOCK_ITEMS * 8 // (self.levels * 8)))
+        self.signed, self.weighted, self.preaggregate, self.dense = True, weighted, preaggregate, dense
+        self.level_states = [
+            np.concatenate([spark_seed_states(s), spark_seed_states([_to_signed((int(x) & _MASK) ^ SIGN_SALT)
+                                                                     for x in s])]) for s in seeds]
+        self.hash_state = None if hash_seed is None else spark_seed_states([hash_seed])
+
+    def ids(self, items: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """(id of every item as int64, mask of the items that count)."""
+        valid = np.asarray(items.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        if self.hash_state is not None:
+            if self.kind == "string":
+                order, h = xxh64_string_columns(items, self.hash_state)
+                raw = np.empty(len(items), dtype=np.uint64)
+                raw[order] = h[0]
+            else:
+                raw = xxh64_long_columns(items.cast(pa.int64()).fill_null(0).to_numpy(), self.hash_state)[0]
+            return (raw & _U((1 << self.levels) - 1)).view(np.int64), valid
+        vals = items.cast(pa.int64()).fill_null(-1).to_numpy()
+        return vals, valid & (vals >= 0) & (vals < (1 << self.levels))
+
+    def counters(self, items: pa.Array, w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        ids, keep = self.ids(items)
+        ids = ids[keep]
+        wv = np.ones(ids.size) if w is None else np.asarray(w)[keep]
+        k, b, L = self.reps, self.b, self.levels
+        idx_parts, v_parts = [], []
+        for lvl in range(1, L + 1):
+            h = xxh64_long_columns(ids >> (L - lvl), self.level_states[lvl - 1])
+            idx = _pmod(h[:k], b)
+            idx += (((lvl - 1) * k + np.arange(k, dtype=np.int64)) * b)[:, None]
+            idx_parts.append(idx.ravel())
+            v_parts.append(np.where((h[k:] & _U(1)).astype(bool), -wv, wv).ravel())
+        return np.concatenate(idx_parts), np.concatenate(v_parts)
+
+
+class _HistogramKernel(_SketchKernel):
+    """The histogram over a public domain as a (1, d) "sketch": counter index = the item's domain index.
+
+    Items outside the domain (and null items: no domain holds null) are not counted.
+    """
+
+    def __init__(self, kind: str, domain: Sequence | int, *, weighted: bool, preaggregate: bool, dense: bool,
+                 chunk_rows: int = CHUNK_ROWS, block_items: int = _BLOCK_ITEMS):
+        self.kind, self.k = kind, 1
+        self.chunk_rows, self.block_items = int(chunk_rows), int(block_items)
+        self.signed, self.weighted, self.preaggregate, self.dense = False, weighted, preaggregate, dense
+        if isinstance(domain, int | np.integer) and not isinstance(domain, bool):
+            self.b, self.domain = int(domain), None
+        else:
+            self.domain = pa.array(list(domain), pa.int64() if kind == "long" else pa.string())
+            self.b = len(self.domain)
+
+    def counters(self, items: pa.Array, w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        if self.domain is None:
+            vals = items.cast(pa.int64()).fill_null(-1).to_numpy()
+            keep = (vals >= 0) & (vals < self.b)
+        else:
+            ix = pc.index_in(items.cast(self.domain.type), value_set=self.domain)
+            keep = np.asarray(ix.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            vals = ix.fill_null(0).to_numpy().astype(np.int64)
+        wv = np.ones(int(keep.sum())) if w is None else np.asarray(w)[keep]
+        return vals[keep], wv
+
+
 def _arrow_table(rows: DataFrame, kind: str, seeds: Sequence[int], buckets: int, *, signed: bool,
                  weighted: bool, preaggregate: bool) -> np.ndarray:
     """Steps 3'–5': the k×b table of prepared (ITEM[, WEIGHT]) rows via ``mapInArrow``."""
@@ -752,37 +839,65 @@ def dyadic_tables(
     seeds: Sequence[Sequence[int]],
     buckets: int,
     levels: int,
+    hash_seed: int | None = None,
     weight: str | None = None,
     nulls: str = "drop",
     nonfinite: str = "drop",
     privacy_unit: str | None = None,
     max_items_per_unit: int = 1,
+    method: str = "auto",
 ) -> np.ndarray:
-    """Exact CountSketches of the dyadic prefixes of integer items, in one pass.
+    """Exact CountSketches of the dyadic prefixes of item ids in [0, 2^L), in one pass.
 
-    Items must be integers in [0, 2^L) (L = ``levels``); others (and nulls)
-    are not counted — the domain is public. Level ℓ = 1…L sketches the prefix
-    x >> (L − ℓ) with its own seeds ``seeds[ℓ−1]`` (level L is the items).
-    Rows are bounded per unit once and then expanded over all (level, rep).
+    The id of an item is the integer itself (``hash_seed`` None: integer
+    items only; items outside [0, 2^L) are not counted — the domain is
+    public), or the public domain hash xxhash64(hash_seed, item) & (2^L − 1)
+    (:func:`hashed_id_column`; strings or integers, every item counts). Null
+    items are never counted. Level ℓ = 1…L sketches the prefix id >> (L − ℓ)
+    with its own seeds ``seeds[ℓ−1]`` (level L is the ids). Rows are bounded
+    per unit once (:func:`prepare_items`) and then expanded over all
+    (level, rep).
+
+    Args:
+        method: ``arrow`` (a ``mapInArrow`` kernel over the distinct items of
+            each chunk), ``sql`` (one explode of L·k structs + groupBy) or
+            ``auto`` (= ``arrow``). Same table (exactly for counts and dyadic
+            weights).
 
     Returns:
         float64 array of shape (L, k, b).
     """
-    if levels < 1 or levels > 62:
+    if isinstance(levels, bool) or not isinstance(levels, int | np.integer) or not 1 <= levels <= 62:
         raise ConfigError(f"The 'levels' parameter must be an int in the range [1, 62]. Got {levels!r} instead.")
     if len(seeds) != levels:
         raise ConfigError(f"Need one list of seeds per level ({levels}); got {len(seeds)}.")
+    if method not in BUILD_METHODS:
+        raise ConfigError(f"The 'method' parameter must be one of {list(BUILD_METHODS)}. Got {method!r} instead.")
     k = len(seeds[0])
     for level_seeds in seeds:
         _check_shape(level_seeds, buckets)
+        if len(level_seeds) != k:
+            raise ConfigError("Every level needs the same number of seeds (repetitions).")
     rows, kind = prepare_items(
         df, column, weight=weight, nulls="drop", nonfinite=nonfinite,
         privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit,
     )
-    if kind != "long":
-        raise SchemaError(f"Column {column!r} holds strings; dyadic heavy hitters need integer items in [0, 2^levels).")
+    if kind != "long" and hash_seed is None:
+        raise SchemaError(f"Column {column!r} holds strings; dyadic heavy hitters over them need the hashed "
+                          "domain (a 'hash_seed'), or integer items in [0, 2^levels).")
+    b = int(buckets)
+    if method != "sql":
+        dense = levels * k * b <= DENSE_MAX_COUNTERS
+        kernel = _DyadicKernel(kind, seeds, b, levels, hash_seed, weighted=weight is not None, preaggregate=True,
+                               dense=dense)
+        cols = [ITEM, WEIGHT] if weight is not None else [ITEM]
+        parts = rows.select(*cols).mapInArrow(kernel, _DENSE_SCHEMA if dense else _SPARSE_SCHEMA)
+        return _collect(parts, levels * k, b, dense).reshape(levels, k, b)
     keys = [ITEM] if privacy_unit is None else [UNIT, ITEM]
-    rows = rows.where((F.col(ITEM) >= 0) & (F.col(ITEM) < F.lit(1 << levels).cast("long")))
+    if hash_seed is None:
+        rows = rows.where((F.col(ITEM) >= 0) & (F.col(ITEM) < F.lit(1 << levels).cast("long")))
+    else:
+        rows = rows.withColumn(ITEM, hashed_id_column(F.col(ITEM), hash_seed, levels))
     rows = rows.groupBy(*keys).agg(F.sum(WEIGHT).alias(WEIGHT))
     w = F.col(WEIGHT)
     structs = []
@@ -795,7 +910,7 @@ def dyadic_tables(
             ))
     exploded = rows.select(F.explode(F.array(*structs)).alias("__sk_e")).select("__sk_e.*")
     table = exploded.groupBy("level", "rep", "bucket").agg(F.sum("v").alias("v")).toArrow()
-    out = np.zeros((levels, k, int(buckets)), dtype=np.float64)
+    out = np.zeros((levels, k, b), dtype=np.float64)
     if table.num_rows:
         out[table.column("level").to_numpy(), table.column("rep").to_numpy(), table.column("bucket").to_numpy()] = (
             table.column("v").to_numpy()
@@ -1043,3 +1158,138 @@ def sketch_table_parquet(
                            dense=dense, chunk_rows=CHUNK_ROWS, block_items=_BLOCK_ITEMS)
     fn = _ParquetSketchTask(tasks, column, weight, kernel, nulls=nulls, nonfinite=nonfinite)
     return _collect(task_ids(spark, tasks).mapInArrow(fn, _DENSE_SCHEMA if dense else _SPARSE_SCHEMA), k, b, dense)
+
+
+def _direct_parquet_table(
+    paths: str | Sequence[str], column: str, make_kernel, *, weight: str | None, nulls: str, nonfinite: str,
+    privacy_unit: str | None, max_items_per_unit: int, spark: SparkSession | None, spark_path,
+) -> np.ndarray | None:
+    """The kernel's flat table with the tasks reading the Parquet files themselves (as :func:`sketch_table_parquet`).
+
+    ``make_kernel(kind)`` builds the kernel (a :class:`_SketchKernel`);
+    ``spark_path(df)`` builds the same table through Spark's reader, taken
+    under the same conditions as :func:`sketch_table_parquet` (a privacy
+    unit, URIs pyarrow cannot open, a column not in the files).
+
+    Returns:
+        ``(kernel, flat table of shape (kernel.k, kernel.b))`` or ``(None, spark_path's result)``.
+    """
+    from spark_dp.aggregates._parquet_tasks import physical_columns, plan_tasks, read_parquet, task_ids
+
+    if spark is None:
+        spark = SparkSession.active()
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    if not paths:
+        raise ConfigError("The 'paths' parameter must name at least one Parquet file or directory.")
+    df = read_parquet(spark, paths)
+    # Step 1's schema and parameter checks, exactly as the Spark path does them (no Spark job).
+    _, kind = prepare_items(df, column, weight=weight, nulls=nulls, nonfinite=nonfinite,
+                            privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit)
+    kernel = make_kernel(kind)
+    if privacy_unit is not None:
+        return None, spark_path(df)
+    files = sorted(df.inputFiles())
+    if not files:
+        return kernel, np.zeros((kernel.k, kernel.b))
+    physical = physical_columns(files[0])
+    wanted = [c for c in (column, weight) if c is not None]
+    if physical is None or any(_file_column(physical, c) is None for c in wanted):
+        return None, spark_path(df)
+    tasks = plan_tasks(spark, files, 8 * min(kernel.k * kernel.b, DENSE_MAX_COUNTERS))
+    if tasks is None:
+        return None, spark_path(df)
+    fn = _ParquetSketchTask(tasks, column, weight, kernel, nulls=nulls, nonfinite=nonfinite)
+    parts = task_ids(spark, tasks).mapInArrow(fn, _DENSE_SCHEMA if kernel.dense else _SPARSE_SCHEMA)
+    return kernel, _collect(parts, kernel.k, kernel.b, kernel.dense)
+
+
+def histogram_table_parquet(
+    paths: str | Sequence[str],
+    column: str,
+    *,
+    domain: Sequence | int,
+    weight: str | None = None,
+    nulls: str = "item",
+    nonfinite: str = "drop",
+    privacy_unit: str | None = None,
+    max_items_per_unit: int = 1,
+    spark: SparkSession | None = None,
+) -> np.ndarray:
+    """:func:`histogram_table` of ``spark.read.parquet(*paths)``, with the tasks reading the files with pyarrow.
+
+    The same histogram (exactly for counts and dyadic weights), built like
+    :func:`sketch_table_parquet` (per dictionary entry sums, then each
+    distinct item's domain index), with the same fallbacks to the Spark
+    reader (a privacy unit, URIs pyarrow cannot open, a column not in the
+    files).
+
+    Returns:
+        float64 array of shape (len(domain),).
+    """
+    def make_kernel(kind: str) -> _HistogramKernel:
+        if isinstance(domain, int | np.integer) and not isinstance(domain, bool) and kind != "long":
+            raise SchemaError(f"Column {column!r} holds strings; an integer domain size needs an integer item column.")
+        d = int(domain) if isinstance(domain, int | np.integer) else len(domain)
+        return _HistogramKernel(kind, domain, weighted=weight is not None, preaggregate=True,
+                                dense=d <= DENSE_MAX_COUNTERS)
+
+    def spark_path(df: DataFrame) -> np.ndarray:
+        return histogram_table(df, column, domain=domain, weight=weight, nulls=nulls, nonfinite=nonfinite,
+                               privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit)
+
+    kernel, table = _direct_parquet_table(
+        paths, column, make_kernel, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
+        max_items_per_unit=max_items_per_unit, spark=spark, spark_path=spark_path)
+    return table if kernel is None else table.reshape(-1)
+
+
+def dyadic_tables_parquet(
+    paths: str | Sequence[str],
+    column: str,
+    *,
+    seeds: Sequence[Sequence[int]],
+    buckets: int,
+    levels: int,
+    hash_seed: int | None = None,
+    weight: str | None = None,
+    nulls: str = "drop",
+    nonfinite: str = "drop",
+    privacy_unit: str | None = None,
+    max_items_per_unit: int = 1,
+    spark: SparkSession | None = None,
+) -> np.ndarray:
+    """:func:`dyadic_tables` of ``spark.read.parquet(*paths)``, with the tasks reading the files with pyarrow.
+
+    The same (L, k, b) stack (exactly for counts and dyadic weights), built
+    like :func:`sketch_table_parquet`: per dictionary entry sums, then the
+    :class:`_DyadicKernel` on the distinct items only; same fallbacks to the
+    Spark reader.
+
+    Returns:
+        float64 array of shape (L, k, b).
+    """
+    if isinstance(levels, bool) or not isinstance(levels, int | np.integer) or not 1 <= levels <= 62:
+        raise ConfigError(f"The 'levels' parameter must be an int in the range [1, 62]. Got {levels!r} instead.")
+    if len(seeds) != levels:
+        raise ConfigError(f"Need one list of seeds per level ({levels}); got {len(seeds)}.")
+    k, b = len(seeds[0]), int(buckets)
+    for level_seeds in seeds:
+        _check_shape(level_seeds, buckets)
+        if len(level_seeds) != k:
+            raise ConfigError("Every level needs the same number of seeds (repetitions).")
+
+    def make_kernel(kind: str) -> _DyadicKernel:
+        if kind != "long" and hash_seed is None:
+            raise SchemaError(f"Column {column!r} holds strings; dyadic heavy hitters over them need the hashed "
+                              "domain (a 'hash_seed'), or integer items in [0, 2^levels).")
+        return _DyadicKernel(kind, seeds, b, levels, hash_seed, weighted=weight is not None, preaggregate=True,
+                             dense=levels * k * b <= DENSE_MAX_COUNTERS)
+
+    def spark_path(df: DataFrame) -> np.ndarray:
+        return dyadic_tables(df, column, seeds=seeds, buckets=b, levels=levels, hash_seed=hash_seed, weight=weight,
+                             nonfinite=nonfinite, privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit)
+
+    kernel, table = _direct_parquet_table(
+        paths, column, make_kernel, weight=weight, nulls="drop", nonfinite=nonfinite, privacy_unit=privacy_unit,
+        max_items_per_unit=max_items_per_unit, spark=spark, spark_path=spark_path)
+    return table if kernel is None else table.reshape(levels, k, b)

@@ -89,11 +89,11 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
 def _add_sketch_commands(sub) -> None:
     """``estimate`` and ``heavy-hitters``: post-processing of count_sketch releases (no budget)."""
 
-    def _write_csv(rows) -> None:
+    def _write_csv(rows, header: str = "item") -> None:
         import csv
 
         out = csv.writer(sys.stdout, lineterminator="\n")
-        out.writerow(["item", "estimate"])
+        out.writerow([header, "estimate"])
         for item, est in rows:
             out.writerow(["" if item is None else item, repr(float(est))])
 
@@ -120,11 +120,16 @@ def _add_sketch_commands(sub) -> None:
         release = load_release(args.release_dir)
         view = SketchView.of(release)
         top = args.top
+        if args.candidates is None and view.stack is not None:
+            # dyadic release: decode the released stack (post-processing); a hashed domain yields hashed ids
+            rows = heavy_hitters(view, None, top=top, threshold=args.threshold)
+            _write_csv(rows, "hashed_id" if view.hash_seed is not None else "item")
+            return 0
         if args.candidates is None:
             stored = (release.manifest.get("heavy_hitters") or {}).get("items")
             if stored is None:
                 raise SparkDPError("Release has no heavy hitters of its own; give --candidates PATH "
-                                   "(dyadic heavy hitters without candidates are not supported yet).")
+                                   "(or build the release with heavy_hitters.levels for none).")
             rows = [(r["item"], r["estimate"]) for r in stored]
             if args.threshold is not None:
                 rows = [r for r in rows if r[1] >= args.threshold]
@@ -151,7 +156,9 @@ def _add_sketch_commands(sub) -> None:
     p.set_defaults(func=_estimate)
     p = sub.add_parser("heavy-hitters", help="top items by estimate from a count_sketch release (item,estimate CSV)")
     p.add_argument("release_dir", help="the release directory")
-    p.add_argument("--candidates", help="a .txt file (one item a line) or a dataset with the item column")
+    p.add_argument("--candidates", help="a .txt file (one item a line) or a dataset with the item column; for a "
+                   "hashed dyadic release, the candidates whose hash is a decoded heavy id (without: the hashed "
+                   "ids, CSV header hashed_id,estimate)")
     p.add_argument("--column", help="candidate column in a dataset (default: the release's item column)")
     p.add_argument("--format", default="parquet", help="format of a candidate dataset (default parquet)")
     p.add_argument("--top", type=int, default=None, help="how many (default: the release's heavy_hitters.top)")

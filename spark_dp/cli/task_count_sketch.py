@@ -9,13 +9,17 @@ Config contract::
               nulls: item, unit_clipping: l1, unit_l2_bound: null}
     privacy: {epsilon: 1.0, delta: 1.0e-6}
     params: {repetitions: 15, buckets: 65536,
-             heavy_hitters: {top: 50, candidates: null, threshold: null, levels: null},
+             heavy_hitters: {top: 50, candidates: null, threshold: null, levels: null,
+                             hash_items: null},
              domain: null}            # histogram: a list of items or an int d
 
 ``heavy_hitters.candidates`` is a path: a ``.txt`` file (one item a line) or
 a dataset in ``dataset.format`` holding the item column. ``levels`` = L asks
-for dyadic heavy hitters without candidates over integer items in [0, 2^L)
-(:mod:`spark_dp.sketch.dyadic`).
+for dyadic heavy hitters without candidates over item ids in [0, 2^L)
+(:mod:`spark_dp.sketch.dyadic`): integer items are their own ids, string
+items (or integers with ``hash_items: true``) are mapped to ids by a public,
+released hash (L = 32 is a good choice for strings; the release then names
+heavy hashed ids, which ``spark-dp heavy-hitters --candidates`` maps back).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from spark_dp.sketch.api import NULL_ITEMS, UNIT_CLIPPING, check_domain, check_s
 from spark_dp.sketch.count_sketch import MECHANISMS, plan_sketch
 
 OWNER = "the config"
-HH_KEYS = ("top", "candidates", "threshold", "levels")
+HH_KEYS = ("top", "candidates", "threshold", "levels", "hash_items")
 
 
 def _check_hh(key: str, value: Any) -> dict:
@@ -50,6 +54,12 @@ def _check_hh(key: str, value: Any) -> dict:
         out["levels"] = V.check_int(f"{key}.levels", out["levels"], owner=OWNER, low=1, high=62)
         if out.get("candidates") is not None:
             raise ConfigError(f"Give either '{key}.candidates' or '{key}.levels' in the config, not both.")
+    if out.get("hash_items") is not None:
+        if not isinstance(out["hash_items"], bool):
+            raise ConfigError(f"The '{key}.hash_items' parameter of {OWNER} must be true, false or null. "
+                              f"Got {out['hash_items']!r} instead.")
+        if out.get("levels") is None:
+            raise ConfigError(f"The '{key}.hash_items' parameter of {OWNER} applies only with '{key}.levels'.")
     return out
 
 
@@ -134,6 +144,7 @@ def _run(session, config, spark, *, seeds=None):
         nulls=config.dataset.extra.get("nulls", "item"), nonfinite=config.dataset.nonfinite,
         domain=config.params.get("domain"), top=hh.get("top") or 50, threshold=hh.get("threshold"),
         candidates=candidates, candidate_column=cand_col, levels=hh.get("levels"), seeds=seeds,
+        hash_items=hh.get("hash_items"),
         release_id=config.release_id, config_sha256=config.sha256,
         # A plain Parquet read: let the tasks read the files themselves (same table, faster).
         source_paths=[config.dataset.path] if (config.dataset.format == "parquet" and config.dataset.path

@@ -141,6 +141,7 @@ def count_sketch(
     candidates: DataFrame | Sequence[Any] | None = None,
     candidate_column: str | None = None,
     levels: int | None = None,
+    hash_items: bool | None = None,
     release_id: str | None = None,
     config_sha256: str | None = None,
     source_paths: Sequence[str] | None = None,
@@ -180,13 +181,24 @@ def count_sketch(
             ``candidate_column``, or a list): the release's manifest then lists
             the top-``top`` candidates whose estimate is ≥ ``threshold``
             (post-processing; candidates must not be chosen from the data).
-        levels: L, for heavy hitters without candidates over integer items
-            in [0, 2^L): also release Private CountSketches of the dyadic
+        levels: L, for heavy hitters without candidates over item ids in
+            [0, 2^L): also release Private CountSketches of the dyadic
             prefixes (arrays ``dyadic_sketch`` (L−1, k, b) and
-            ``dyadic_seeds`` (L−1, k, 2)); Δ₂ = √(L·k)·m for the whole stack;
-            the manifest lists the heavy hitters found by descending it
-            (see :mod:`spark_dp.sketch.dyadic`). Items outside [0, 2^L) and
-            null items are not counted.
+            ``dyadic_seeds`` (L−1, k, 2)); Δ₂ = √(L·k)·m for the whole stack
+            (neighbours: add/remove one unit of ≤ m rows, as for the plain
+            sketch); the manifest lists the heavy ids found by descending it
+            (see :mod:`spark_dp.sketch.dyadic`). Null items are not counted.
+            Integer items are their own ids (items outside [0, 2^L) are not
+            counted); strings are mapped to ids by the public hash
+            xxhash64(hash_seed, item) & (2^L − 1), with ``hash_seed`` fresh
+            from OS entropy and released (array ``hash_seed`` (1, 2) and
+            ``sketch.domain_hash``): the release names heavy *hashed ids*;
+            :func:`~spark_dp.sketch.estimate.heavy_hitters` with candidates
+            maps them back. L = 32 (:data:`~spark_dp.sketch.dyadic.DEFAULT_HASHED_LEVELS`)
+            suits hashed domains (collision bound in the dyadic module).
+        hash_items: with ``levels``: map items to ids through the public hash
+            (default: for string items only; True hashes integers too, so
+            any integers count).
         release_id: idempotency key (a release id seen before returns the
             stored release: no new noise, no new charge).
         config_sha256: the job config's digest, recorded in the manifest.
@@ -196,7 +208,9 @@ def count_sketch(
             (:func:`~spark_dp.aggregates.sketch.sketch_table_parquet`) — the
             same table, without Spark's Parquet reader and the JVM → Arrow
             conversion. Leave None for any other DataFrame. Used for the
-            sketch mechanisms (not ``histogram`` or ``levels``).
+            sketch mechanisms, ``histogram``
+            (:func:`~spark_dp.aggregates.sketch.histogram_table_parquet`) and
+            ``levels`` (:func:`~spark_dp.aggregates.sketch.dyadic_tables_parquet`).
 
     Returns:
         A :class:`Release` with arrays ``sketch`` (k, b) and ``seeds`` (k, 2)
@@ -215,11 +229,19 @@ def count_sketch(
     )
     V.check_option("nulls", nulls, NULL_ITEMS, owner=owner)
     V.check_option("nonfinite", nonfinite, WEIGHT_NONFINITE, owner=owner)
+    if hash_items is not None and not isinstance(hash_items, bool):
+        raise ConfigError(f"The 'hash_items' parameter of {owner} must be true, false or null. Got {hash_items!r} instead.")
+    if hash_items is not None and levels is None:
+        raise ConfigError(f"The 'hash_items' parameter of {owner} applies only with 'levels' (dyadic heavy hitters).")
     if levels is not None:
         levels = V.check_int("levels", levels, owner=owner, low=1, high=62)
-        if mechanism != "private_count_sketch" or unit_clipping != "l1" or seeds is not None or candidates is not None:
+        if mechanism != "private_count_sketch" or unit_clipping != "l1" or candidates is not None:
             raise ConfigError(f"The 'levels' parameter of {owner} (dyadic heavy hitters) needs mechanism "
-                              "'private_count_sketch', unit_clipping 'l1', fresh seeds and no candidates.")
+                              "'private_count_sketch', unit_clipping 'l1' and no candidates.")
+        if seeds is not None and not (isinstance(seeds, Release) and
+                                      (seeds.manifest.get("sketch") or {}).get("levels") == levels):
+            raise ConfigError(f"The 'seeds' parameter of {owner} with 'levels' must be an earlier dyadic release "
+                              f"with levels={levels} (its level seeds and domain hash are reused so the stacks merge).")
     top = V.check_int("top", top, owner=owner, low=1)
     if threshold is not None:
         threshold = V.check_real("threshold", threshold, owner=owner)
@@ -262,9 +284,10 @@ def count_sketch(
         if isinstance(domain, list) and (kind == "string") != isinstance(domain[0], str):
             raise SchemaError(f"The 'domain' items are not of the type of column {column!r} ({kind}).")
         k = 1
-    if levels is not None and kind != "long":
-        raise SchemaError(f"Column {column!r} holds strings; the 'levels' parameter (dyadic heavy hitters) needs "
-                          "integer items in [0, 2^levels).")
+    hashed = levels is not None and (kind == "string" if hash_items is None else hash_items)
+    if levels is not None and kind != "long" and not hashed:
+        raise SchemaError(f"Column {column!r} holds strings; 'hash_items' false (dyadic heavy hitters over the items "
+                          "themselves) needs integer items in [0, 2^levels).")
 
     if levels is None:
         plan = plan_sketch(mechanism, epsilon=epsilon, delta=delta, repetitions=k,
@@ -274,16 +297,33 @@ def count_sketch(
 
         plan = plan_dyadic(epsilon=epsilon, delta=delta, repetitions=k, levels=levels,
                            max_items_per_unit=max_items_per_unit)
+    threshold_given = threshold
     if threshold is None:
         threshold = 3.0 * plan.counter_std
     # Hash seeds: fresh OS entropy from the session's sampler (privacy does not depend on them).
     given_seeds = seeds
     seeds = _seeds(seeds, k, mechanism, session)
-    level_seeds = None
-    if levels is not None:  # level L (the items) uses `seeds`; levels 1…L−1 get their own
+    level_seeds = hash_seed = None
+    if levels is not None and given_seeds is not None:  # reuse an earlier dyadic release's hash functions
+        from spark_dp.sketch.estimate import seeds_from_payload
+
+        level_seeds = [seeds_from_payload(x) for x in given_seeds.arrays.get("dyadic_seeds", np.zeros((0, k, 2)))]
+        level_seeds.append(seeds)
+        if any(len(x) != k for x in level_seeds):
+            raise ConfigError(f"The 'seeds' parameter of {owner}: release {given_seeds.release_id!r} has other "
+                              "repetitions per level.")
+        given_hash = (given_seeds.manifest["sketch"].get("domain_hash") or {}).get("seed")
+        if (given_hash is not None) != hashed:
+            raise ConfigError(f"The 'seeds' parameter of {owner}: release {given_seeds.release_id!r} "
+                              f"{'hashes' if given_hash is not None else 'does not hash'} its items; this one "
+                              f"{'does' if hashed else 'does not'}.")
+        hash_seed = None if given_hash is None else int(given_hash)
+    elif levels is not None:  # level L (the items) uses `seeds`; levels 1…L−1 get their own
         level_seeds = [_seeds(None, k, mechanism, session) for _ in range(levels - 1)] + [seeds]
+        if hashed:  # the public domain hash's seed: OS entropy too, released with the sketch
+            hash_seed = _seeds(None, 1, mechanism, session)[0]
     params = {"repetitions": k, "buckets": b if mechanism != "histogram" else None,
-              "heavy_hitters": {"top": top, "threshold": threshold, "levels": levels}}
+              "heavy_hitters": {"top": top, "threshold": threshold, "levels": levels, "hash_items": hashed or None}}
     request = {
         "dataset_id": session.dataset_id, "task": "count_sketch", "mechanism": mechanism, "column": column,
         "params": params, "epsilon": epsilon, "delta": delta, "weight": weight, "privacy_unit": privacy_unit,
@@ -299,12 +339,20 @@ def count_sketch(
         common = dict(weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
                       max_items_per_unit=max_items_per_unit)
         if mechanism == "histogram":
+            if source_paths:
+                from spark_dp.aggregates.sketch import histogram_table_parquet
+
+                return histogram_table_parquet(source_paths, column, domain=domain, spark=df.sparkSession, **common)
             return histogram_table(df, column, domain=domain, **common)
         if levels is not None:
-            from spark_dp.aggregates.sketch import dyadic_tables
+            from spark_dp.aggregates.sketch import dyadic_tables, dyadic_tables_parquet
 
             common.pop("nulls")
-            return dyadic_tables(df, column, seeds=level_seeds, buckets=b, levels=levels, **common)
+            if source_paths:
+                return dyadic_tables_parquet(source_paths, column, seeds=level_seeds, buckets=b, levels=levels,
+                                             hash_seed=hash_seed, spark=df.sparkSession, **common)
+            return dyadic_tables(df, column, seeds=level_seeds, buckets=b, levels=levels, hash_seed=hash_seed,
+                                 **common)
         if source_paths:
             from spark_dp.aggregates.sketch import sketch_table_parquet
 
@@ -314,7 +362,11 @@ def count_sketch(
                                         unit_l2_bound=C, spark=df.sparkSession, **common)
         return sketch_table(df, column, seeds=seeds, buckets=b, signed=SIGNED[mechanism], unit_l2_bound=C, **common)
 
-    hh_info: dict[str, Any] = {"top": top, "threshold": threshold}
+    hh_info: dict[str, Any] = {"top": top, "threshold": threshold,
+                               "threshold_rule": "3 sigma" if threshold_given is None else "given"}
+    if hashed:
+        hh_info["items_are"] = ("hashed ids xxhash64(domain_hash.seed, item) & (2^levels - 1); map public "
+                                "candidates through the hash to name them (spark-dp heavy-hitters --candidates)")
 
     def noise(table: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
         if levels is not None:
@@ -326,6 +378,8 @@ def count_sketch(
             if levels > 1:
                 arrays["dyadic_sketch"] = stack[:-1]
                 arrays["dyadic_seeds"] = np.stack([seeds_to_payload(x) for x in level_seeds[:-1]])
+            if hash_seed is not None:
+                arrays["hash_seed"] = seeds_to_payload([hash_seed])
             found = dyadic_heavy_hitters(stack, level_seeds, top=top, threshold=threshold)
             hh_info["items"] = [{"item": x, "estimate": v} for x, v in found]
             return arrays
@@ -360,7 +414,16 @@ def count_sketch(
     if levels is not None:
         sketch_info.update(levels=levels, dyadic=(
             "dyadic_sketch[l-1] sketches the prefixes x >> (L - l) of level l = 1..L-1 with seeds dyadic_seeds[l-1] "
-            "(same halves layout); sketch/seeds are level L; items outside [0, 2^L) and nulls not counted"))
+            "(same halves layout); sketch/seeds are level L; " + (
+                "ids = xxhash64(domain_hash.seed, item) & (2^L - 1) (every non-null item counts)" if hashed else
+                "ids = the integer items; items outside [0, 2^L) not counted") + "; null items not counted"))
+        if hashed:
+            sketch_info["domain_hash"] = {
+                "seed": str(hash_seed), "levels": levels, "payload": "hash_seed[0] = (high, low) 32-bit halves",
+                "function": "id = xxhash64(seed, item) & (2^levels - 1): Spark SQL xxhash64 (bigint seed first, "
+                            "strings as UTF-8, integers as bigint); public and data-independent",
+                "collisions": f"two distinct items share an id with probability 2^-{levels}",
+            }
     policies = {
         "nulls": "a null item is an item of its own" if nulls == "item" else "rows with a null item are dropped",
         "weights": f"clipped to [-1, 1] per row; non-finite weights: {nonfinite}" if weight else "each row counts 1",

@@ -1,8 +1,22 @@
 """Heavy hitters without candidates: a dyadic hierarchy of Private CountSketches.
 
-For integer items in [0, 2^L), level ℓ = 1…L holds a Private CountSketch of
-the prefixes x >> (L − ℓ) (Cormode & Muthukrishnan's dyadic decomposition,
+For item ids in [0, 2^L), level ℓ = 1…L holds a Private CountSketch of
+the prefixes id >> (L − ℓ) (Cormode & Muthukrishnan's dyadic decomposition,
 with Pagh & Thorup's Gaussian noise and median estimator at every level).
+
+Item domains: integer items are their own ids (items outside [0, 2^L) are
+not counted); any items (strings, or integers on request) can instead be
+mapped to ids by a *public* hash, id = xxhash64(hash_seed, item) & (2^L − 1)
+(:func:`spark_dp.sketch.hashing.hashed_ids`), with ``hash_seed`` drawn from
+OS entropy by the driver and released. The hash is a fixed, data-independent
+map applied to every row before the sketch, so neighbours stay neighbours
+(a unit's ≤ m rows map to ≤ m ids) and Δ₂ below is unchanged; privacy does
+not depend on the seed being secret. The release then names heavy *ids*;
+:func:`dyadic_heavy_hitters_of` maps public candidates back through the hash.
+Two distinct items share an id with probability 2^−L; among n distinct items
+about n²/2^(L+1) pairs collide (birthday bound), and a given item collides
+with some other with probability ≤ n/2^L — with L = 32 (the default for
+hashed domains) and n = 10⁶, 2.3·10⁻⁴.
 
 Privacy: every row adds its weight to one prefix per level, so the L stacked
 k×b tables move by Δ₂ = √(L·k)·m under add/remove of a unit (each level
@@ -21,6 +35,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from typing import Any
 
 from spark_dp.privacy import Budget, GaussianEvent, gaussian_noise_multiplier
 from spark_dp.sketch.count_sketch import SketchPlan, combine, simple_estimates
@@ -67,3 +83,52 @@ def dyadic_heavy_hitters(
         if level < levels:
             prefixes = [c for p, _ in kept for c in (2 * p, 2 * p + 1)]
     return kept[:top]
+
+
+DEFAULT_HASHED_LEVELS = 32  # L for hashed domains: n distinct items collide pairwise with probability ≤ n/2^32
+
+
+def stack_of(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """The released (L, k, b) stack of a dyadic release's arrays (``dyadic_sketch`` levels 1…L−1, then ``sketch``)."""
+    top = arrays["sketch"][None]
+    return np.concatenate([arrays["dyadic_sketch"], top]) if "dyadic_sketch" in arrays else top
+
+
+def dyadic_heavy_hitters_of(
+    stack: np.ndarray,
+    seeds: list[list[int]],
+    *,
+    top: int,
+    threshold: float,
+    hash_seed: int | None,
+    kind: str,
+    candidates: list[Any] | None = None,
+) -> list[tuple[Any, float]]:
+    """Decoded heavy ids, or (with ``candidates``) the candidates whose id is among them (post-processing).
+
+    Args:
+        stack, seeds, top, threshold: as for :func:`dyadic_heavy_hitters`.
+        hash_seed: the release's public domain hash seed (None: ids are the integer items).
+        kind: the item type of the candidates (``string`` or ``long``).
+        candidates: public items; each is mapped to its id (through the
+            released hash) and kept if that id was decoded as heavy, with the
+            id's estimate. Distinct candidates that collide share an id and
+            its estimate.
+
+    Returns:
+        ``[(id or candidate, estimate), …]`` by decreasing estimate, at most ``top``.
+    """
+    from spark_dp.sketch.hashing import hashed_ids
+
+    found = dyadic_heavy_hitters(stack, seeds, top=top, threshold=threshold)
+    if candidates is None:
+        return found
+    heavy = dict(found)
+    items = list(dict.fromkeys(candidates))
+    if hash_seed is None:
+        ids = [x if x is not None else -1 for x in items]
+    else:
+        ids = hashed_ids(items, hash_seed, stack.shape[0], kind).tolist()
+    keep = [(x, heavy[i]) for x, i in zip(items, ids, strict=True) if i in heavy]
+    keep.sort(key=lambda t: (-t[1], str(t[0])))
+    return keep[:top]

@@ -57,10 +57,26 @@ class SketchView:
     domain: list | int | None
     threshold: float | None
     top: int | None
+    stack: np.ndarray | None = None  # dyadic releases: the (L, k, b) stack (``table`` is its level L)
+    level_seeds: list[list[int]] | None = None
+    hash_seed: int | None = None  # hashed domains: items map to ids xxhash64(hash_seed, item) & (2^L − 1)
 
     @property
     def buckets(self) -> int:
         return int(self.table.shape[-1])
+
+    @property
+    def levels(self) -> int | None:
+        return None if self.stack is None else int(self.stack.shape[0])
+
+    def ids(self, items: Sequence[Any]) -> list:
+        """The ids the level-L sketch counts: the items themselves, or their public hash (None stays None)."""
+        if self.hash_seed is None:
+            return list(items)
+        from spark_dp.sketch.hashing import hashed_ids
+
+        return [None if x is None else int(i) for x, i in
+                zip(items, hashed_ids(list(items), self.hash_seed, self.levels, self.kind), strict=True)]
 
     @classmethod
     def of(cls, release: Release | str) -> SketchView:
@@ -74,8 +90,17 @@ class SketchView:
         if m["mechanism"] == "histogram":
             dom = info["domain"]
             return cls("histogram", info["item_kind"], release["histogram"], [], dom, hh.get("threshold"), hh.get("top"))
+        stack = level_seeds = hash_seed = None
+        if info.get("levels") is not None:
+            from spark_dp.sketch.dyadic import stack_of
+
+            stack = stack_of(release.arrays)
+            level_seeds = [seeds_from_payload(s) for s in release.arrays.get("dyadic_seeds", np.zeros((0, 1, 2)))]
+            level_seeds.append(seeds_from_payload(release["seeds"]))
+            if info.get("domain_hash") is not None:
+                hash_seed = int(info["domain_hash"]["seed"])
         return cls(m["mechanism"], info["item_kind"], release["sketch"], seeds_from_payload(release["seeds"]), None,
-                   hh.get("threshold"), hh.get("top"))
+                   hh.get("threshold"), hh.get("top"), stack, level_seeds, hash_seed)
 
     def estimator(self, estimator: str | None) -> str:
         est = estimator or DEFAULT_ESTIMATOR[self.mechanism]
@@ -127,7 +152,8 @@ def estimate(release: Release | str | SketchView, items: Sequence[Any], *, estim
             Count-Mean).
 
     Returns:
-        float64 array of estimates (NaN for items outside a histogram's domain).
+        float64 array of estimates (NaN for items outside a histogram's domain, and for
+        the null item of a hashed dyadic release, which is never counted).
     """
     view = release if isinstance(release, SketchView) else SketchView.of(release)
     est = view.estimator(estimator)
@@ -136,6 +162,15 @@ def estimate(release: Release | str | SketchView, items: Sequence[Any], *, estim
         dom = range(view.domain) if isinstance(view.domain, int) else view.domain
         index = {x: i for i, x in enumerate(dom)}
         return np.array([view.table[index[x]] if x in index else np.nan for x in items], dtype=np.float64)
+    if view.hash_seed is not None:  # hashed domain: the level-L sketch counts the ids (never the null item)
+        ids = view.ids(items)
+        out = np.full(len(items), np.nan)
+        ok = [j for j, i in enumerate(ids) if i is not None]
+        if ok:
+            h, s = buckets_and_signs([ids[j] for j in ok], view.seeds, view.buckets, "long")
+            out[ok] = combine(simple_estimates(view.table, h, s), est, buckets=view.buckets,
+                              total=table_total(view.table))
+        return out
     h, s = buckets_and_signs(items, view.seeds, view.buckets, view.kind)
     values = simple_estimates(view.table, h, s if SIGNED[view.mechanism] else None)
     return combine(values, est, buckets=view.buckets, total=table_total(view.table))
@@ -174,8 +209,21 @@ def estimate_df(
         return items.join(F.broadcast(table), on=items["item"].eqNullSafe(table["item"]), how="left").select(
             items["item"], table["estimate"]
         )
-    values = sketch_lookup(candidates, column, kind=view.kind, seeds=view.seeds, sketch=view.table,
-                           signed=SIGNED[view.mechanism])
+    mapped = None
+    if view.hash_seed is not None:  # hashed domain: look up each candidate's public id
+        from spark_dp.aggregates.sketch import hashed_id_column
+
+        ckind = item_kind(candidates, column)
+        if ckind != view.kind:
+            raise SchemaError(f"Candidate column {column!r} holds {ckind} items but the sketch was built on {view.kind} items.")
+        typ = T.LongType() if view.kind == "long" else T.StringType()
+        mapped = candidates.select(F.col(column).cast(typ).alias("item")).distinct().withColumn(
+            "__id", F.when(F.col("item").isNotNull(), hashed_id_column(F.col("item"), view.hash_seed, view.levels)))
+        values = sketch_lookup(mapped.where(F.col("__id").isNotNull()).select("__id"), "__id", kind="long",
+                               seeds=view.seeds, sketch=view.table, signed=True)
+    else:
+        values = sketch_lookup(candidates, column, kind=view.kind, seeds=view.seeds, sketch=view.table,
+                               signed=SIGNED[view.mechanism])
     v = F.col("value")
     if est == "median":
         agg = F.median(v)
@@ -186,12 +234,16 @@ def estimate_df(
     else:  # debiased_mean
         b, total = view.buckets, table_total(view.table)
         agg = (F.lit(float(b)) * F.avg(v) - F.lit(total)) / F.lit(float(b - 1))
-    return values.groupBy("item").agg(agg.cast("double").alias("estimate"))
+    out = values.groupBy("item").agg(agg.cast("double").alias("estimate"))
+    if mapped is not None:
+        ests = out.withColumnRenamed("item", "__id")
+        out = mapped.join(ests, on="__id", how="left").select("item", "estimate")
+    return out
 
 
 def heavy_hitters(
     release: Release | str | SketchView,
-    candidates: DataFrame | Sequence[Any],
+    candidates: DataFrame | Sequence[Any] | None = None,
     column: str | None = None,
     *,
     top: int | None = None,
@@ -200,8 +252,19 @@ def heavy_hitters(
 ) -> list[tuple[Any, float]]:
     """The top-t candidates by estimate whose estimate is at least the threshold.
 
+    For a dyadic release (``levels``) the heavy ids are decoded from the
+    released stack (:func:`spark_dp.sketch.dyadic.dyadic_heavy_hitters`:
+    post-processing, with this ``top`` and ``threshold``). Without candidates
+    they are returned as they are — the integer items, or for a hashed domain
+    the *hashed ids* xxhash64(hash_seed, item) & (2^L − 1). With candidates
+    over a hashed domain, each candidate is mapped through the released hash
+    and kept if its id was decoded as heavy, with that id's estimate (so a
+    candidate colliding with a heavy item is reported too; see the birthday
+    bound in :mod:`spark_dp.sketch.dyadic`).
+
     Args:
-        candidates: a DataFrame (with ``column``) or a list of items.
+        candidates: a DataFrame (with ``column``) or a list of items; None
+            only for a dyadic release.
         top: t; defaults to the release's ``heavy_hitters.top`` (else 50).
         threshold: defaults to the release-time threshold in the manifest
             (3 standard deviations of one counter's noise unless the release
@@ -215,6 +278,41 @@ def heavy_hitters(
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ConfigError(f"The 'top' parameter must be an int in the range [1, inf). Got {top!r} instead.")
     thr = view.threshold if threshold is None else threshold
+    if candidates is None and view.stack is None:
+        raise ConfigError("The 'candidates' parameter is required: the release has no dyadic hierarchy "
+                          "(heavy hitters without candidates need a release built with 'levels').")
+    if view.stack is not None and (candidates is None or view.hash_seed is not None):
+        from spark_dp.sketch.dyadic import dyadic_heavy_hitters_of
+
+        thr = float("-inf") if thr is None else float(thr)
+        if isinstance(candidates, DataFrame):
+            if column is None:
+                raise ConfigError("The 'column' parameter is required with a candidate DataFrame.")
+            from spark_dp.aggregates.sketch import hashed_id_column, item_kind
+
+            ckind = item_kind(candidates, column)
+            if ckind != view.kind:
+                raise SchemaError(f"Candidate column {column!r} holds {ckind} items but the sketch was built on "
+                                  f"{view.kind} items.")
+            found = dyadic_heavy_hitters_of(view.stack, view.level_seeds, top=top, threshold=thr, hash_seed=None,
+                                            kind="long")
+            if not found:
+                return []
+            heavy = candidates.sparkSession.createDataFrame(
+                [(int(i), float(v)) for i, v in found], "__id bigint, estimate double")
+            typ = "bigint" if view.kind == "long" else "string"
+            items = candidates.select(F.col(column).cast(typ).alias("item")).where(F.col("item").isNotNull()).distinct()
+            items = items.withColumn("__id", hashed_id_column(F.col("item"), view.hash_seed, view.levels))
+            rows = items.join(F.broadcast(heavy), on="__id", how="inner").orderBy(
+                F.col("estimate").desc(), F.col("item")).limit(top).collect()
+            return [(r["item"], float(r["estimate"])) for r in rows]
+        if candidates is not None:
+            if isinstance(candidates, str | bytes) or not isinstance(candidates, Sequence):
+                raise SchemaError("The 'candidates' parameter must be a DataFrame or a list of items. "
+                                  f"Got {type(candidates).__name__} instead.")
+            candidates = coerce_items(list(candidates), view.kind)
+        return dyadic_heavy_hitters_of(view.stack, view.level_seeds, top=top, threshold=thr,
+                                       hash_seed=view.hash_seed, kind=view.kind, candidates=candidates)
     if isinstance(candidates, DataFrame):
         if column is None:
             raise ConfigError("The 'column' parameter is required with a candidate DataFrame.")

@@ -192,3 +192,15 @@ def buckets_and_signs(items: Sequence, seeds: Sequence[int], buckets: int, kind:
         sv = spark_xxhash64(items, sign_seed(seed), kind)
         s[i] = 1 - 2 * (sv & np.int64(1))
     return h, s
+
+
+def hashed_ids(items: Sequence, seed: int, levels: int, kind: str) -> np.ndarray:
+    """The public domain hash of a dyadic release: ``xxhash64(seed, item) & (2^L − 1)`` per item (int64).
+
+    Equals Spark's ``xxhash64(lit(seed).cast('bigint'), item) & (2^L − 1)``
+    (:func:`spark_dp.aggregates.sketch.hashed_id_column`); maps strings (or
+    integers) to ids in [0, 2^L). A null item maps to −1 (never counted).
+    """
+    ids = spark_xxhash64(items, seed, kind) & np.int64((1 << int(levels)) - 1)
+    ids[np.array([x is None for x in items], dtype=bool)] = -1
+    return ids
