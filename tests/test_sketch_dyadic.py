@@ -317,3 +317,57 @@ def test_config_bad_requests_charge_nothing(spark, tmp_path, zipf, capsys, hh, m
     db = tmp_path / "ledger.db"
     assert (sum(s.releases for s in open_ledger(str(db)).status()) if db.exists() else 0) == 0
     assert not os.path.exists(tmp_path / "releases")
+
+
+# -- privacy audits of the hashed dyadic release ---------------------------------------------------
+def test_white_box_hashed_release(spark, tmp_path):
+    """Released stack − exact stack (same seeds, same domain hash) is N(0, σ²) with σ = z·√(L·k)·m."""
+    import dp_accounting
+
+    from tests.test_sketch_privacy import HalvedSampler
+    from spark_dp.privacy import NumpySampler
+
+    L, k, b, m = 8, 3, 32, 2
+    sigma = dp_accounting.get_sigma_gaussian(1.0, 1e-6) * math.sqrt(L * k) * m  # independent of the code
+    rows = [(f"s{j % 23}", f"u{j % 40}") for j in range(80)]
+    df = spark.createDataFrame(rows, "q string, user string")
+    for i, (sampler, ok) in enumerate([(NumpySampler(), True), (HalvedSampler(), False)]):
+        sess = spark_dp.DPSession("t.wb", ledger=f"sqlite:///{tmp_path}/w{i}.db", epsilon_limit=10.0,
+                                  delta_limit=1e-5, output=str(tmp_path / f"w{i}"), sampler=sampler)
+        rel = count_sketch(sess, df, "q", epsilon=1.0, delta=1e-6, repetitions=k, buckets=b, levels=L,
+                           privacy_unit="user", max_items_per_unit=m)
+        assert rel.privacy["noise_sigma"] == pytest.approx(sigma, rel=1e-9)
+        from spark_dp.sketch.dyadic import stack_of
+        from spark_dp.sketch.estimate import seeds_from_payload
+
+        seeds = [seeds_from_payload(s) for s in rel["dyadic_seeds"]] + [seeds_from_payload(rel["seeds"])]
+        exact = sk.dyadic_tables(df, "q", seeds=seeds, buckets=b, levels=L, privacy_unit="user", max_items_per_unit=m,
+                                 hash_seed=int(rel.manifest["sketch"]["domain_hash"]["seed"]))
+        noise = stack_of(rel.arrays) - exact
+        from tests._audit import chi2_variance_pvalue
+
+        assert (chi2_variance_pvalue(noise, sigma) > 1e-6) == ok
+        if ok:
+            assert chi2_variance_pvalue(noise, sigma / 2) < 1e-6
+
+
+def test_black_box_hashed_neighbours(spark):
+    """D' = D + one unit of m rows of one new string: the exact stacks differ by √(L·k)·m (the stated Δ₂,
+    reached), and releases on D and D' projected on that direction give ε̂ < ε; half the noise is caught."""
+    from spark_dp.privacy import NumpySampler
+    from spark_dp.sketch.dyadic import plan_dyadic
+    from tests._audit import empirical_epsilon
+    from tests.test_sketch_privacy import HalvedSampler, _projections
+
+    L, k, b, m = 6, 3, 16, 3
+    rows = [(f"s{j % 11}", f"u{j % 30}") for j in range(60)]
+    d0 = spark.createDataFrame(rows, "q string, user string")
+    d1 = spark.createDataFrame(rows + [("a new query", "new")] * 5, "q string, user string")  # bounded to m rows
+    kw = dict(seeds=LEVEL_SEEDS[:L], buckets=b, levels=L, hash_seed=31337, privacy_unit="user", max_items_per_unit=m)
+    t0, t1 = sk.dyadic_tables(d0, "q", **kw), sk.dyadic_tables(d1, "q", **kw)
+    assert np.linalg.norm(t1 - t0) == pytest.approx(math.sqrt(L * k) * m)
+    plan = plan_dyadic(epsilon=1.0, delta=1e-6, repetitions=k, levels=L, max_items_per_unit=m)
+    x0, x1 = _projections(NumpySampler(), plan, t0, t1, 300_000)
+    assert empirical_epsilon(x0, x1, 1e-6) < 1.0
+    x0, x1 = _projections(HalvedSampler(), plan, t0, t1, 300_000)
+    assert empirical_epsilon(x0, x1, 1e-6) > 1.0
