@@ -239,7 +239,7 @@ def test_hashed_config_runs_with_the_job_and_cli(spark, tmp_path, zipf, capsys):
 def test_merge_dyadic_releases(spark, session, zipf):
     path, _, items = zipf
     df = spark.read.parquet(path)
-    a_df, b_df = df.limit(15_000), df.subtract(df.limit(15_000))
+    a_df = df.limit(15_000)
     kw = dict(epsilon=2.0, delta=1e-6, repetitions=5, buckets=128, levels=24, top=10)
     a = count_sketch(session, a_df, "q", **kw)
     b = count_sketch(session, df, "q", seeds=a, **kw)  # same level seeds and domain hash

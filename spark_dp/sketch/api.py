@@ -323,7 +323,9 @@ def count_sketch(
         if hashed:  # the public domain hash's seed: OS entropy too, released with the sketch
             hash_seed = _seeds(None, 1, mechanism, session)[0]
     params = {"repetitions": k, "buckets": b if mechanism != "histogram" else None,
-              "heavy_hitters": {"top": top, "threshold": threshold, "levels": levels, "hash_items": hashed or None}}
+              "heavy_hitters": {"top": top, "threshold": threshold, "levels": levels}}
+    if hashed:  # (only then: earlier requests keep their digests, so their release ids stay idempotent)
+        params["heavy_hitters"]["hash_items"] = True
     request = {
         "dataset_id": session.dataset_id, "task": "count_sketch", "mechanism": mechanism, "column": column,
         "params": params, "epsilon": epsilon, "delta": delta, "weight": weight, "privacy_unit": privacy_unit,

@@ -33,10 +33,9 @@ the heavy hitters.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
-
-from typing import Any
 
 from spark_dp.privacy import Budget, GaussianEvent, gaussian_noise_multiplier
 from spark_dp.sketch.count_sketch import SketchPlan, combine, simple_estimates
