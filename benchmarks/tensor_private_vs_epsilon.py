@@ -94,7 +94,7 @@ def run(d: int, lam1: float = 50.0, *, trials: int = 5, L: int = 5, R: int = 10,
                 dec = input_perturbation(T, 1, L=L, R=R, plan=plan, chokepoint=_cp(tmp, plan.events, n), rng=gen)
                 errs["input_perturbation"].append(_err(dec, v1))
         med = {m: float(np.median(v)) if v else np.nan for m, v in errs.items()}
-        for m in METHODS:
+        for m in active:  # a method skipped by the early stop keeps its streak
             streak[m] = streak[m] + 1 if med[m] < THRESHOLD else 0
         rows.append((eps, med))
         print(f"  d={d} ε={eps:g} n={trials}: " + " ".join(f"{m}={med[m]:.3f}" for m in METHODS), flush=True)
@@ -123,7 +123,12 @@ def report(rows_by_d: dict, trials_by_d: dict, out: str | None) -> dict:
         print(f"| {d} | {trials_by_d[d]} | " + " | ".join("never" if np.isnan(r[m]) else f"{r[m]:g}" for m in METHODS) + " |")
     if not out:
         return results
-    fig, axes = plt.subplots(1, len(ds) + 1, figsize=(3.3 * (len(ds) + 1), 3.8))
+    cols = min(4, len(ds) + 1)
+    nrows = -(-(len(ds) + 1) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 3.3 * nrows), squeeze=False)
+    axes = axes.ravel()
+    for ax in axes[len(ds) + 1 :]:
+        ax.set_visible(False)
     for ax, d in zip(axes, ds):
         rows = rows_by_d[d]
         for key, style in (("alg3_exact", "o-"), ("alg3_paper", "s--"), ("input_perturbation", "^:")):
@@ -132,10 +137,11 @@ def report(rows_by_d: dict, trials_by_d: dict, out: str | None) -> dict:
         ax.set_title(f"d = {d} (median of {trials_by_d[d]})")
         ax.set_xlabel("ε")
         ax.set_ylim(0, 1.5)
+        ax.set_xlim(0.2, 160)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("‖v₁ − v̂₁‖₂")
     axes[0].legend(fontsize=7)
-    ax = axes[-1]
+    ax = axes[len(ds)]
     for key, style in (("alg3_exact", "o-"), ("input_perturbation", "^:")):
         ax.loglog(ds, [results[d][key] for d in ds], style, label=key.replace("_", " "))
     ax.set_xlabel("d")
@@ -156,7 +162,7 @@ _LINE = re.compile(r"^\s*d=(\d+) ε=([\d.]+)(?: n=(\d+))?: alg3_exact=(\S+) alg3
 
 
 def replot(out: str, logs: list[str]) -> dict:
-    """The table and plot from the printed lines of earlier (possibly per-d) runs; later lines win."""
+    """The table and plot from the printed lines of earlier (possibly per-d) runs; later lines win (except NaN)."""
     rows_by_d: dict = {}
     trials = {c[0]: c[1] for c in DIMS}
     ns: dict = {}
@@ -166,7 +172,10 @@ def replot(out: str, logs: list[str]) -> dict:
                 m = _LINE.match(line)
                 if m:
                     d, eps = int(m[1]), float(m[2])
-                    rows_by_d.setdefault(d, {})[eps] = dict(zip(METHODS, (float(x) for x in m.groups()[3:])))
+                    row = rows_by_d.setdefault(d, {}).setdefault(eps, dict.fromkeys(METHODS, np.nan))
+                    for meth, x in zip(METHODS, m.groups()[3:]):
+                        if not np.isnan(float(x)):  # a NaN (not run) never hides an earlier value
+                            row[meth] = float(x)
                     ns.setdefault(d, {})[eps] = int(m[3]) if m[3] else trials.get(d, 0)
     rows_by_d = {d: sorted(r.items()) for d, r in rows_by_d.items()}
     label = {d: (f"{min(n.values())}–{max(n.values())}" if min(n.values()) != max(n.values()) else str(min(n.values())))
