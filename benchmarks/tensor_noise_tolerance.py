@@ -1,7 +1,9 @@
 """Noise tolerance of the robust tensor power method (Alg. 1) as d grows: η*(d) per noise model.
 
-    nice -n 19 .venv/bin/python -m benchmarks.tensor_noise_tolerance            # full run, ~15 CPU-min; writes the plot
+    nice -n 19 .venv/bin/python -m benchmarks.tensor_noise_tolerance            # full run, ~11 CPU-min; writes the plot
     nice -n 19 .venv/bin/python -m benchmarks.tensor_noise_tolerance --quick    # small d, seconds (tests)
+    ... "" --models round,weak_Gaussian --dims 192,256 --trials 6   # a subset (no k sweep), printed only
+    ... out.png --replot run1.log run2.log                          # table and plot from printed lines
 
 Wang & Anandkumar (NIPS 2016) discuss three noise cases under Thm 2.2 and
 report a simulation of them in their Appendix A, which is not in our copy of

@@ -1,20 +1,25 @@
 """Recovery error of the top component against ε: Alg. 3 (paper / exact) vs input perturbation.
 
-    nice -n 19 .venv/bin/python -m benchmarks.tensor_private_vs_epsilon            # full run (see DIMS); writes the plot
+    nice -n 19 .venv/bin/python -m benchmarks.tensor_private_vs_epsilon            # full run, ~15 CPU-min, 3 GB peak
     nice -n 19 .venv/bin/python -m benchmarks.tensor_private_vs_epsilon --quick    # d = 10 and 24, seconds (tests)
+    ... --dims 320,400 --eps 22.63,32 --trials 6     # a subset of DIMS and of its grids
+    ... out.png --replot run1.log run2.log           # table and plot from the printed lines of earlier runs
 
 Explicit tensors T = Σᵢ λᵢ vᵢ^⊗3 (k = 3 incoherent orthonormal components,
-λ = (1, 0.75, 0.5)·λ₁), tensor-entry neighbours (Def. 4.2), δ = 1e-6.
-Error: ‖v₁ − v̂₁‖₂ of the first component found (min over sign), median of
-``trials`` runs. Two dimensions show the paper's point: input perturbation's
-noise grows like ‖E‖op ~ σ√d, Alg. 3's per-step noise ν‖u‖∞² shrinks with d
-for incoherent u.
+λ = (1, 0.75, 0.5)·λ₁, λ₁ = 50), tensor-entry neighbours (Def. 4.2),
+δ = 1e-6, L = 5, R = 10. Error: ‖v₁ − v̂₁‖₂ of the first component found (min
+over sign), median of the trials; the result per d and method is the
+smallest ε of the grid with median error < 0.5. The paper's point: input
+perturbation's noise grows like ‖E‖op ~ σ√d, Alg. 3's per-step noise
+ν‖u‖∞² shrinks with d for incoherent u, so input perturbation needs
+ε = Ω̃(d) while Alg. 3's ε has no polynomial dependence on d (Thm 4.2).
 
-Above d ≈ 200 the ε grid of a method stops after two consecutive ε with
-median error < 0.5 (the error falls with ε; the threshold is then known) to
-keep the d³ runs short; fewer trials run there (``DIMS``). Memory: an
-explicit d = 320 tensor is 262 MB; input perturbation's symmetric noise
-(index arrays, six mirrored writes) peaks near 2 GB there.
+From d = 160 on the grid also has the √2 steps (``FINE``); at d ≥ 256 it
+starts at ε = 4 and a method stops after two consecutive ε with median
+error < 0.5 (the error falls with ε; the threshold is then known) to keep
+the d³ runs short (``DIMS``). Memory: an explicit d = 400 tensor is 512 MB;
+input perturbation's symmetric noise (index arrays, six mirrored writes)
+and the symmetry checks bring the peak to about 3 GB there.
 
 Noise: ``NumpySampler`` through real, charged chokepoints (a benchmark, not a
 release); starting vectors from a seeded generator.
