@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_dp.aggregates._blocks import columns_to_block, list_to_block
 from spark_dp.aggregates.sources import check_path_exists
-from spark_dp.errors import SchemaError
+from spark_dp.errors import ConfigError, SchemaError
 
 #: Spark's defaults for splitting and packing files into scan tasks
 #: (``spark.sql.files.maxPartitionBytes``, ``spark.sql.files.openCostInBytes``).
@@ -41,6 +41,20 @@ _MAX_PARTIAL_BYTES = 1 << 30
 PARQUET_BATCH_BYTES = 1 << 20
 
 Unit = tuple[str, int, int]  # (uri, part, parts): row groups part::parts of the file
+
+
+def source_frame(paths: str | Sequence[str], spark: SparkSession | None) -> tuple[SparkSession, list[str], DataFrame]:
+    """The session (default: the active one), ``paths`` as a list and ``spark.read.parquet(*paths)``.
+
+    The common start of every direct-Parquet aggregate: no paths is a
+    :class:`ConfigError`, a path that does not exist a :class:`SchemaError`.
+    """
+    if spark is None:
+        spark = SparkSession.active()
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    if not paths:
+        raise ConfigError("The 'paths' parameter must name at least one Parquet file or directory.")
+    return spark, paths, read_parquet(spark, paths)
 
 
 def read_parquet(spark: SparkSession, paths: Sequence[str]) -> DataFrame:

@@ -31,13 +31,12 @@ from spark_dp.aggregates._parquet_tasks import (
     Unit,
     physical_columns,
     plan_tasks,
-    read_parquet,
+    source_frame,
     task_ids,
     unit_blocks,
     units_of,
 )
 from spark_dp.aggregates._vectors import check_nonfinite, vector_frame
-from spark_dp.errors import ConfigError
 
 _PARTIAL_SCHEMA = "partial binary"
 
@@ -203,12 +202,7 @@ def gram_matrix_parquet(
         The symmetric d × d matrix Σᵢ aᵢaᵢᵀ over the kept, clipped rows.
     """
     check_nonfinite(nonfinite)
-    if spark is None:
-        spark = SparkSession.active()
-    paths = [paths] if isinstance(paths, str) else list(paths)
-    if not paths:
-        raise ConfigError("The 'paths' parameter must name at least one Parquet file or directory.")
-    df = read_parquet(spark, paths)
+    spark, paths, df = source_frame(paths, spark)
     # Schema checks and d, exactly as the Spark path does them (no Spark job).
     _, d = vector_frame(df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit)
     fields = {f.name: f.dataType for f in df.schema.fields}

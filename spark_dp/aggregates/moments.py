@@ -49,8 +49,8 @@ from spark_dp.aggregates._parquet_tasks import (
     open_parquet,
     physical_columns,
     plan_tasks,
-    read_parquet,
     row_groups,
+    source_frame,
     task_ids,
     unit_blocks,
     units_of,
@@ -353,14 +353,9 @@ def parquet_rows(
         privacy unit, ML-vector columns, partition columns that live in
         directory names, URIs pyarrow cannot open): use :func:`prepare_rows`.
     """
-    if spark is None:
-        spark = SparkSession.active()
-    paths = [paths] if isinstance(paths, str) else list(paths)
-    if not paths:
-        raise ConfigError("The 'paths' parameter must name at least one Parquet file or directory.")
     if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int | np.integer) or cache_bytes < 0:
         raise ConfigError(f"The 'cache_bytes' parameter must be an int >= 0. Got {cache_bytes!r} instead.")
-    df = read_parquet(spark, paths)
+    spark, paths, df = source_frame(paths, spark)
     _, d = vector_frame(df, columns, dimension=dimension)  # schema checks and d, as prepare_rows does them
     if privacy_unit is not None:
         return None

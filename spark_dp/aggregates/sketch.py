@@ -1120,17 +1120,12 @@ def sketch_table_parquet(
     Returns:
         float64 array of shape (k, b).
     """
-    from spark_dp.aggregates._parquet_tasks import physical_columns, plan_tasks, read_parquet, task_ids
+    from spark_dp.aggregates._parquet_tasks import physical_columns, plan_tasks, source_frame, task_ids
 
     _check_shape(seeds, buckets)
     if unit_l2_bound is not None and privacy_unit is None:
         raise ConfigError("The 'unit_l2_bound' parameter needs a 'privacy_unit' column.")
-    if spark is None:
-        spark = SparkSession.active()
-    paths = [paths] if isinstance(paths, str) else list(paths)
-    if not paths:
-        raise ConfigError("The 'paths' parameter must name at least one Parquet file or directory.")
-    df = read_parquet(spark, paths)
+    spark, paths, df = source_frame(paths, spark)
     # Step 1's schema and parameter checks, exactly as the Spark path does them (no Spark job).
     _, kind = prepare_items(df, column, weight=weight, nulls=nulls, nonfinite=nonfinite,
                             privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit)
@@ -1174,14 +1169,9 @@ def _direct_parquet_table(
     Returns:
         ``(kernel, flat table of shape (kernel.k, kernel.b))`` or ``(None, spark_path's result)``.
     """
-    from spark_dp.aggregates._parquet_tasks import physical_columns, plan_tasks, read_parquet, task_ids
+    from spark_dp.aggregates._parquet_tasks import physical_columns, plan_tasks, source_frame, task_ids
 
-    if spark is None:
-        spark = SparkSession.active()
-    paths = [paths] if isinstance(paths, str) else list(paths)
-    if not paths:
-        raise ConfigError("The 'paths' parameter must name at least one Parquet file or directory.")
-    df = read_parquet(spark, paths)
+    spark, paths, df = source_frame(paths, spark)
     # Step 1's schema and parameter checks, exactly as the Spark path does them (no Spark job).
     _, kind = prepare_items(df, column, weight=weight, nulls=nulls, nonfinite=nonfinite,
                             privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit)
