@@ -263,6 +263,29 @@ def table(results: dict[tuple[int, int], list[dict]], meta: dict) -> str:
     return "\n".join(out)
 
 
+def machine_meta(**extra) -> dict:
+    """Date, machine, versions and load average after the run, for a benchmark table's header."""
+    import pyspark
+    import scipy
+
+    cpu = "unknown CPU"
+    with open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    java = os.popen("java -version 2>&1").read().split(chr(34))
+    return dict(
+        date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        machine=f"{os.cpu_count()} cores ({cpu}), {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
+                f"{platform.system()} {platform.release()}",
+        versions=(f"Python {platform.python_version()}, PySpark {pyspark.__version__}, numpy {np.__version__} "
+                  f"(OpenBLAS), scipy {scipy.__version__}, pyarrow {pa.__version__}, "
+                  f"Java {java[1] if len(java) > 1 else '?'}"),
+        load_after="%.1f" % os.getloadavg()[0], **extra,
+    )
+
+
 def write_doc(block: str, doc: str) -> None:
     text = open(doc).read() if os.path.exists(doc) else "# Benchmarks\n\n" + BEGIN + "\n" + END + "\n"
     if BEGIN not in text:
@@ -285,9 +308,6 @@ def main(argv: list[str] | None = None) -> None:
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.pop("SPARK_REMOTE", None)
-    import pyspark
-    import scipy
-
     from spark_dp.runtime import get_spark
 
     paths = {s: make_data(args.data, *s) for s in sizes}
@@ -301,22 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    cpu = "unknown CPU"
-    with open("/proc/cpuinfo") as fh:
-        for line in fh:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    meta = dict(
-        date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        machine=f"{os.cpu_count()} cores ({cpu}), {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
-                f"{platform.system()} {platform.release()}",
-        versions=(f"Python {platform.python_version()}, PySpark {pyspark.__version__}, numpy {np.__version__} "
-                  f"(OpenBLAS), scipy {scipy.__version__}, pyarrow {pa.__version__}, "
-                  f"Java {os.popen('java -version 2>&1').read().split(chr(34))[1] if shutil.which('java') else '?'}"),
-        driver_memory=args.driver_memory, reps=args.reps, load_before=load_before,
-        load_after="%.1f" % os.getloadavg()[0],
-    )
+    meta = machine_meta(driver_memory=args.driver_memory, reps=args.reps, load_before=load_before)
     block = table(results, meta)
     print(block)
     if not args.quick:

@@ -34,18 +34,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import shutil
 import sys
 import time
-from datetime import UTC, datetime
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.second_moment import clip, load_numpy, make_data, numpy_threads, tree_cpu_seconds  # noqa: E402
+from benchmarks.second_moment import (  # noqa: E402
+    clip,
+    load_numpy,
+    machine_meta,
+    make_data,
+    numpy_threads,
+    tree_cpu_seconds,
+)
 
 FULL, QUICK = (2_000_000, 100), (200_000, 100)
 L_DEFAULT = 32
@@ -240,10 +244,6 @@ def main(argv: list[str] | None = None) -> None:
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.pop("SPARK_REMOTE", None)
-    import pyarrow as pa
-    import pyspark
-    import scipy
-
     from spark_dp.runtime import get_spark
 
     path = make_data(args.data, n, d)
@@ -255,22 +255,8 @@ def main(argv: list[str] | None = None) -> None:
         results, info = bench(spark, path, n, d, L, args.reps)
     finally:
         spark.stop()
-    cpu = "unknown CPU"
-    with open("/proc/cpuinfo") as fh:
-        for line in fh:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    meta = dict(
-        date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        machine=f"{os.cpu_count()} cores ({cpu}), {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
-                f"{platform.system()} {platform.release()}",
-        versions=(f"Python {platform.python_version()}, PySpark {pyspark.__version__}, numpy {np.__version__} "
-                  f"(OpenBLAS), scipy {scipy.__version__}, pyarrow {pa.__version__}, "
-                  f"Java {os.popen('java -version 2>&1').read().split(chr(34))[1] if shutil.which('java') else '?'}"),
-        driver_memory=args.driver_memory, reps=args.reps, load_before=load_before,
-        load_after="%.1f" % os.getloadavg()[0], duration=time.perf_counter() - start,
-    )
+    meta = machine_meta(driver_memory=args.driver_memory, reps=args.reps, load_before=load_before,
+                        duration=time.perf_counter() - start)
     block = render(n, d, L, results, info, meta)
     print(block)
     if not args.quick:

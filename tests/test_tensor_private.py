@@ -108,7 +108,7 @@ def test_rows_plan_sensitivities_and_composition():
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_calibration_errors_are_config_errors():
     with pytest.raises(ConfigError, match="'epsilon'.*too small"):
-        tensor_entry_plan(epsilon=1e-12, delta=DELTA, k=1, L=1, R=1)
+        tensor_entry_plan(epsilon=1e-12, delta=DELTA, k=1, L=4, R=4)  # K = 20: σ/Δ ≈ 1.8e6 > MAX_NOISE_MULTIPLIER
     with pytest.raises(ConfigError, match="epsilon_0"):
         tensor_entry_plan(epsilon=50.0, delta=DELTA, k=1, L=1, R=1, calibration="paper")
     with pytest.raises(ConfigError, match="'mode'"):

@@ -111,15 +111,12 @@ def _binary(values: np.ndarray) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([values.tobytes()], type=pa.binary())], names=["partial"])
 
 
-def moment_partials_fn(
-    U: np.ndarray, norm_bound: float, nonfinite: str
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function: batches of one list<double> column → one partial."""
-    U = np.ascontiguousarray(U, dtype=np.float64)
-    d, L = U.shape
+def _partials_fn(make_acc: Callable[[], _ThirdMoment | _SecondMoment], d: int, norm_bound: float, nonfinite: str
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function: batches of one list<double> column → the accumulator's sums + row count."""
 
     def partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        acc = _ThirdMoment(U)
+        acc = make_acc()
         count = 0
         for batch in batches:
             if batch.num_rows == 0:
@@ -130,6 +127,14 @@ def moment_partials_fn(
         yield _binary(np.concatenate([acc.values(), [float(count)]]))
 
     return partials
+
+
+def moment_partials_fn(
+    U: np.ndarray, norm_bound: float, nonfinite: str
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of the power pass: batches of one list<double> column → one partial."""
+    U = np.ascontiguousarray(U, dtype=np.float64)
+    return _partials_fn(lambda: _ThirdMoment(U), U.shape[0], norm_bound, nonfinite)
 
 
 def prepare_rows(
@@ -226,17 +231,7 @@ def second_moment_sums(
     if isinstance(frame, ParquetRows):
         total = frame.run_pass(None, d * d, norm_bound=B, nonfinite=nonfinite)
     else:
-        def partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            acc = _SecondMoment(d)
-            count = 0
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
-                X = clip_rows(apply_nonfinite(batch_to_block(batch, d), nonfinite), B)
-                acc.add(X)
-                count += X.shape[0]
-            yield _binary(np.concatenate([acc.values(), [float(count)]]))
-
+        partials = _partials_fn(lambda: _SecondMoment(d), d, B, nonfinite)
         parts = frame.select(VECTOR_COL).mapInArrow(partials, _PARTIAL_SCHEMA).toArrow()
         total = np.zeros(d * d + 1)
         for value in parts.column("partial").to_pylist():

@@ -90,22 +90,29 @@ class PrivatePlan:
     details: dict = field(default_factory=dict)
 
 
+#: Largest σ/Δ a private tensor release accepts (see :func:`calibrate`).
+MAX_NOISE_MULTIPLIER = 1e6
+
+
 def calibrate(epsilon: float, delta: float, releases: int, calibration: str) -> tuple[float, dict]:
     """z = σ/Δ for ``releases`` Gaussian releases that together are (ε, δ)-DP.
 
-    Raises ConfigError when no such z exists in floating point (ε too small
-    for the requested number of releases) or, for ``paper``, when ε₀ ≥ 1
-    (the classic Gaussian mechanism is not valid there).
+    Raises ConfigError when ε is too small for the requested number of
+    releases — no such z exists in floating point, or z exceeds
+    :data:`MAX_NOISE_MULTIPLIER` (noise a million times the sensitivity on
+    every release drowns any signal: refusing costs nothing, while running
+    would spend the budget on noise) — or, for ``paper``, when ε₀ ≥ 1 (the
+    classic Gaussian mechanism is not valid there).
     """
     if calibration == "exact":
         try:
             z = gaussian_noise_multiplier(epsilon, delta, releases=releases)
         except (ArithmeticError, ValueError):
             z = math.inf
-        if not math.isfinite(z):
+        if not math.isfinite(z) or z > MAX_NOISE_MULTIPLIER:
             raise ConfigError(
                 f"The 'epsilon' parameter ({epsilon:g}) is too small for {releases} Gaussian releases at "
-                f"delta={delta:g}: no noise scale can be calibrated; raise epsilon or lower k, restarts or iterations."
+                f"delta={delta:g}: the noise would exceed 1e6 times the sensitivity on every release; raise epsilon or lower k, restarts or iterations."
             )
         return z, {"releases": releases}
     if calibration == "paper":
