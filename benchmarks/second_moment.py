@@ -286,14 +286,22 @@ def machine_meta(**extra) -> dict:
     )
 
 
-def write_doc(block: str, doc: str) -> None:
-    text = open(doc).read() if os.path.exists(doc) else "# Benchmarks\n\n" + BEGIN + "\n" + END + "\n"
-    if BEGIN not in text:
-        text += "\n" + BEGIN + "\n" + END + "\n"
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+def replace_block(doc: str, block: str, begin: str, end: str, section: str = "") -> None:
+    """Writes ``block`` (which starts with ``begin`` and ends with ``end``) over the same block in ``doc``.
+
+    A page without the markers gets ``section`` + ``block`` appended at its end.
+    """
+    text = open(doc).read() if os.path.exists(doc) else "# Benchmarks\n"
+    if begin not in text:
+        text += ("" if text.endswith("\n") else "\n") + section + begin + "\n" + end + "\n"
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
     with open(doc, "w") as fh:
         fh.write(head + block + tail)
+
+
+def write_doc(block: str, doc: str) -> None:
+    replace_block(doc, block, BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> None:

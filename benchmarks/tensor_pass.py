@@ -48,6 +48,7 @@ from benchmarks.second_moment import (  # noqa: E402
     machine_meta,
     make_data,
     numpy_threads,
+    replace_block,
     tree_cpu_seconds,
 )
 
@@ -218,15 +219,7 @@ def render(n: int, d: int, L: int, results: list[dict], info: dict, meta: dict) 
 
 
 def write_doc(block: str, doc: str) -> None:
-    text = open(doc).read()
-    if BEGIN not in text:  # first run: append the section at the end of the page
-        with open(doc, "a") as fh:
-            fh.write(("" if text.endswith("\n") else "\n") + SECTION + block + "\n")
-        return
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    with open(doc, "w") as fh:
-        fh.write(head + block + tail)
+    replace_block(doc, block, BEGIN, END, SECTION)  # first run: the section is appended at the page's end
 
 
 def main(argv: list[str] | None = None) -> None:
