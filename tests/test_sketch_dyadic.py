@@ -189,7 +189,9 @@ def test_hashed_heavy_hitters_recall_and_no_light_items(spark, session, zipf):
     thr = m["heavy_hitters"]["threshold"]
     found = [r["item"] for r in m["heavy_hitters"]["items"]]
     assert found == [x for x, _ in heavy_hitters(rel)]  # decoding again gives the release's list
-    clear = [v for v, c in zip(vocab, counts, strict=True) if c >= 2 * thr]
+    # Clear heavy hitters: 3× the threshold (9σ), so missing one needs a ≥ 6σ error somewhere on its
+    # 32-level path (at 2× the 3σ margin over 32 levels and several items made this test flaky).
+    clear = [v for v, c in zip(vocab, counts, strict=True) if c >= 3 * thr]
     assert len(clear) >= 3
     named = dict(heavy_hitters(rel, list(vocab) + ["never seen"], top=20))
     assert set(clear) <= set(named)  # recall 1 on the clear heavy hitters, through the candidates

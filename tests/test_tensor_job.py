@@ -80,7 +80,9 @@ def test_every_tensor_config_runs(spark, data_dir, tmp_path, capsys, conf):
     V = explicit_tensor()[2] if d == 20 else mixture_rows()[1]
     if cfg["mechanism"] in ("power_method", "online_power_method", "private_power_method"):
         _, err = match(rel["eigenvectors"][:1], V)
-        assert err.min() < 0.1, err  # the top component is recovered
+        # The top component is recovered (a miss is ≈ 1.4 away). Private releases carry fresh OS-entropy
+        # noise, so their bound leaves room for it: 0.1 failed about one run in ten at ε = 1 (0.13 seen).
+        assert err.min() < (0.35 if private else 0.1), err
     # a re-run returns the stored release, no new charge
     assert cli_main(["release", path]) == 0
     again = json.loads(capsys.readouterr().out)
