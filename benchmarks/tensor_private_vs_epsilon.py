@@ -4,6 +4,10 @@
     nice -n 19 .venv/bin/python -m benchmarks.tensor_private_vs_epsilon --quick    # d = 10 and 24, seconds (tests)
     ... --dims 320,400 --eps 22.63,32 --trials 6     # a subset of DIMS and of its grids
     ... out.png --replot run1.log run2.log           # table and plot from the printed lines of earlier runs
+    ... docs/tensor_private_vs_epsilon.png --replot benchmarks/results/tensor_private_vs_epsilon/*.log   # the docs' plot
+
+d = 512 … 1000: :mod:`benchmarks.tensor_private_vs_epsilon_large` (matrix-free, same
+experiment and printed format).
 
 Explicit tensors T = Σᵢ λᵢ vᵢ^⊗3 (k = 3 incoherent orthonormal components,
 λ = (1, 0.75, 0.5)·λ₁, λ₁ = 50), tensor-entry neighbours (Def. 4.2),
@@ -142,7 +146,7 @@ def report(rows_by_d: dict, trials_by_d: dict, out: str | None) -> dict:
         ax.set_title(f"d = {d} (median of {trials_by_d[d]})")
         ax.set_xlabel("ε")
         ax.set_ylim(0, 1.5)
-        ax.set_xlim(0.2, 160)
+        ax.set_xlim(0.2, 256)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("‖v₁ − v̂₁‖₂")
     axes[0].legend(fontsize=7)

@@ -74,3 +74,20 @@ def test_private_vs_epsilon_quick_run(tmp_path):
     for d, r in res.items():
         # Alg. 3 exact and input perturbation both recover v₁ somewhere on the grid at these small d
         assert r["alg3_exact"] <= 128 and r["input_perturbation"] <= 128, d
+
+
+def test_private_vs_epsilon_large_quick_run(tmp_path, capsys):
+    from benchmarks import tensor_private_vs_epsilon_large as pvl
+
+    res = pvl.main(str(tmp_path / "pvl.png"), quick=True)
+    assert (tmp_path / "pvl.png").stat().st_size > 0
+    for d, r in res.items():
+        assert r["alg3_exact"] <= 64 and r["input_perturbation"] <= 16, d
+    # the printed lines are the explicit script's format, so --replot merges them
+    log = tmp_path / "pvl.log"
+    log.write_text(capsys.readouterr().out, encoding="utf-8")
+    again = pve.replot(str(tmp_path / "re.png"), [str(log)])
+    assert again.keys() == res.keys()
+    for d in res:
+        for m in pve.METHODS:
+            assert again[d][m] == res[d][m] or (np.isnan(again[d][m]) and np.isnan(res[d][m]))

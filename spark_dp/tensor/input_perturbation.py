@@ -32,11 +32,22 @@ from spark_dp.tensor.private import PrivatePlan, calibrate
 
 @functools.lru_cache(maxsize=8)
 def unique_entries(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Index arrays (i, j, k) of the entries with i ≤ j ≤ k, and their symmetrisation multiplicity w (read-only, cached)."""
-    i, j, k = np.meshgrid(np.arange(d), np.arange(d), np.arange(d), indexing="ij")
-    keep = (i <= j) & (j <= k)
-    i, j, k = i[keep], j[keep], k[keep]
-    distinct = 1 + (i != j).astype(int) + (j != k).astype(int)  # 1, 2 or 3 distinct values
+    """Index arrays (i, j, k) of the entries with i ≤ j ≤ k, and their symmetrisation multiplicity w (read-only, cached).
+
+    Lexicographic order (i, then j, then k). Built from the d(d+1)/2 pairs
+    j ≤ k only — for each i the pairs with j ≥ i are a suffix of
+    ``triu_indices`` — so the peak is the d³/6 output, not three d³ grids.
+    """
+    jj, kk = np.triu_indices(d)  # pairs j ≤ k, row-major: the pairs with j ≥ i start at offset[i]
+    offset = np.concatenate(([0], np.cumsum(np.arange(d, 0, -1))))[:d]
+    counts = jj.size - offset  # pairs with j ≥ i, for each i
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))  # where row i starts in the output
+    n = int(counts.sum())  # d(d+1)(d+2)/6
+    pair = np.arange(n, dtype=np.int64) - np.repeat(starts - offset, counts)
+    i = np.repeat(np.arange(d), counts)
+    j, k = jj[pair], kk[pair]
+    del pair
+    distinct = 1 + (i != j).astype(np.int8) + (j != k).astype(np.int8)  # 1, 2 or 3 distinct values
     w = np.select([distinct == 3, distinct == 2], [1.0, 2.0], 6.0)
     for a in (i, j, k, w):
         a.setflags(write=False)

@@ -143,22 +143,43 @@ def tensor_entry_plan(
     )
 
 
-def noisy_power_step(
-    T: np.ndarray, U: np.ndarray, lambdas: np.ndarray, V_: np.ndarray, *, nu: float, entry_scale: float,
+def release_power_step(
+    S: np.ndarray, U: np.ndarray, lambdas: np.ndarray, V_: np.ndarray, *, nu: float, entry_scale: float,
     gaussian: Callable[..., np.ndarray],
 ) -> np.ndarray:
-    """Alg. 3 steps 6-7 for all L candidates: (T − D)(I,u,u) + ν c‖u‖∞²·z, one release per candidate.
+    """Alg. 3 steps 6-7 from the contraction S = T(I,U,U): deflate, then one release per candidate.
 
     ``gaussian(values, sigma=, l2_sensitivity=)`` is the chokepoint's; each
     candidate is a Gaussian release with Δ = 6c‖u‖∞² and σ = ν c‖u‖∞².
     """
-    S, _ = contract(T, U)  # step 6: (T − D)(I, u, u), D implicit
-    S, _ = deflate(S, None, U, lambdas, V_)
+    S, _ = deflate(S, None, U, lambdas, V_)  # step 6: (T − D)(I, u, u), D implicit
     noisy = np.empty_like(S)
     for tau in range(U.shape[1]):  # step 7
         scale = entry_scale * float(np.max(np.abs(U[:, tau]))) ** 2
         noisy[:, tau] = gaussian(S[:, tau], sigma=nu * scale, l2_sensitivity=6.0 * scale)
     return noisy
+
+
+def release_eigenvalues(
+    m3: np.ndarray, U: np.ndarray, lambdas: np.ndarray, V_: np.ndarray, *, nu: float, entry_scale: float,
+    gaussian: Callable[..., np.ndarray],
+) -> np.ndarray:
+    """Alg. 3 step 10 from m3 = T(u,u,u) per candidate: deflate, then + ν c‖u‖∞³·z' (Δ = 6c‖u‖∞³)."""
+    _, m3 = deflate(np.zeros_like(U), m3, U, lambdas, V_)
+    lam = np.empty(U.shape[1])
+    for tau in range(U.shape[1]):
+        scale = entry_scale * float(np.max(np.abs(U[:, tau]))) ** 3
+        lam[tau] = gaussian(np.array([m3[tau]]), sigma=nu * scale, l2_sensitivity=6.0 * scale)[0]
+    return lam
+
+
+def noisy_power_step(
+    T: np.ndarray, U: np.ndarray, lambdas: np.ndarray, V_: np.ndarray, *, nu: float, entry_scale: float,
+    gaussian: Callable[..., np.ndarray],
+) -> np.ndarray:
+    """Alg. 3 steps 6-7 for all L candidates: (T − D)(I,u,u) + ν c‖u‖∞²·z, one release per candidate."""
+    S, _ = contract(T, U)
+    return release_power_step(S, U, lambdas, V_, nu=nu, entry_scale=entry_scale, gaussian=gaussian)
 
 
 def noisy_eigenvalues(
@@ -167,12 +188,51 @@ def noisy_eigenvalues(
 ) -> np.ndarray:
     """Alg. 3 step 10: (T − D)(u,u,u) + ν c‖u‖∞³·z' per candidate (Δ = 6c‖u‖∞³)."""
     _, m3 = contract(T, U)
-    _, m3 = deflate(np.zeros_like(U), m3, U, lambdas, V_)
-    lam = np.empty(U.shape[1])
-    for tau in range(U.shape[1]):
-        scale = entry_scale * float(np.max(np.abs(U[:, tau]))) ** 3
-        lam[tau] = gaussian(np.array([m3[tau]]), sigma=nu * scale, l2_sensitivity=6.0 * scale)[0]
-    return lam
+    return release_eigenvalues(m3, U, lambdas, V_, nu=nu, entry_scale=entry_scale, gaussian=gaussian)
+
+
+def private_power_method_matrix_free(
+    apply: Callable[[np.ndarray], np.ndarray],
+    d: int,
+    k: int,
+    *,
+    L: int,
+    R: int,
+    nu: float,
+    gaussian: Callable[..., np.ndarray],
+    rng: np.random.Generator,
+    entry_scale: float = 1.0,
+) -> TensorDecomposition:
+    """Alg. 3's loop (steps 3-11) with the contraction T(I,U,U) given as ``apply(U)`` (d×L → d×L).
+
+    :func:`private_tensor_power_method` is this with ``apply = U ↦ T(I,U,U)``
+    of an explicit, checked tensor; a caller that passes another ``apply``
+    (e.g. a matrix-free Σλᵢ(vᵢᵀu)²vᵢ in a benchmark) gets the same releases,
+    sensitivities and draws. No input checks here: the caller validates
+    ``apply``'s tensor and k, L, R (the privacy guarantee needs a symmetric
+    tensor under the tensor-entry neighbour relation, Thm 4.1).
+
+    Args:
+        apply: U ↦ T(I,U,U) for the (undeflated) tensor.
+        d, k, L, R: dimension, components, restarts, power steps.
+        nu: ν of the plan; ``gaussian`` is the charged chokepoint's.
+        rng: random starts only (not privacy noise).
+        entry_scale: c, the size of one neighbouring entry change.
+    """
+    c = float(entry_scale)
+    lambdas = np.zeros(0)
+    V_ = np.zeros((0, d))  # D = Σⱼ λ̂ⱼ v̂ⱼ^⊗3, kept implicit (Alg. 3 step 2: D = 0)
+    for _i in range(k):  # step 3
+        U = random_unit_columns(rng, d, L)  # step 4
+        for _t in range(R):  # step 5
+            noisy = release_power_step(apply(U), U, lambdas, V_, nu=nu, entry_scale=c, gaussian=gaussian)  # 6-7
+            U = normalize_columns(noisy, U)  # step 8
+        m3 = np.einsum("il,il->l", apply(U), U)  # T(u,u,u) per candidate
+        lam = release_eigenvalues(m3, U, lambdas, V_, nu=nu, entry_scale=c, gaussian=gaussian)
+        best = int(np.argmax(lam))  # step 10: τ* = argmax λ̃
+        lambdas = np.append(lambdas, lam[best])  # step 11: deflation D ← D + λ̂ v̂^⊗3
+        V_ = np.vstack([V_, U[:, best]])
+    return TensorDecomposition(eigenvalues=lambdas, eigenvectors=V_)
 
 
 def private_tensor_power_method(
@@ -205,19 +265,10 @@ def private_tensor_power_method(
     T = check_tensor(T, owner=owner)
     d = T.shape[0]
     k, L, R = check_counts(k, L, R, d, owner=owner)
-    c = float(entry_scale)
-    lambdas = np.zeros(0)
-    V_ = np.zeros((0, d))  # D = Σⱼ λ̂ⱼ v̂ⱼ^⊗3, kept implicit (Alg. 3 step 2: D = 0)
-    for _i in range(k):  # step 3
-        U = random_unit_columns(rng, d, L)  # step 4
-        for _t in range(R):  # step 5
-            noisy = noisy_power_step(T, U, lambdas, V_, nu=nu, entry_scale=c, gaussian=chokepoint.gaussian)
-            U = normalize_columns(noisy, U)  # step 8
-        lam = noisy_eigenvalues(T, U, lambdas, V_, nu=nu, entry_scale=c, gaussian=chokepoint.gaussian)
-        best = int(np.argmax(lam))  # step 10: τ* = argmax λ̃
-        lambdas = np.append(lambdas, lam[best])  # step 11: deflation D ← D + λ̂ v̂^⊗3
-        V_ = np.vstack([V_, U[:, best]])
-    return TensorDecomposition(eigenvalues=lambdas, eigenvectors=V_)
+    return private_power_method_matrix_free(
+        lambda U: contract(T, U)[0], d, k, L=L, R=R, nu=nu, gaussian=chokepoint.gaussian, rng=rng,
+        entry_scale=entry_scale,
+    )
 
 
 # -- rows: the private online power method ----------------------------------------
