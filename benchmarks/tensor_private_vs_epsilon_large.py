@@ -1,7 +1,9 @@
 """Alg. 3 vs input perturbation at large d (512 … 1000), matrix-free: the same experiment, lean memory.
 
     OPENBLAS_NUM_THREADS=1 nice -n 19 .venv/bin/python -m benchmarks.tensor_private_vs_epsilon_large --dims 640
-    ... --dims 1000 --trials 6          # d = 1000: ~4.1 GB peak (one float32 d³ array), ~15 CPU-min
+    ... --dims 1000                     # d = 1000, 8 trials: 4.1 GB peak (one float32 d³ array), ~8 CPU-min
+    ...                                 # all of LARGE (d = 400 cross-check, 512 … 1000): ~15 CPU-min
+    ... --dims 800,1000 --trials 12 --alg3-only   # more Alg. 3 runs only (no d³ array; seconds per run)
     ... --quick                         # d = 12 and 20, seconds (tests)
     python -m benchmarks.tensor_private_vs_epsilon out.png --replot benchmarks/results/tensor_private_vs_epsilon/*.log
 
@@ -69,6 +71,7 @@ L_RESTARTS, R_STEPS = 5, 10
 ALG3_GRID = [16, 22.63, 32, 45.25, 64, 90.51]
 # d: (trials, input perturbation's ε grid); Alg. 3 uses ALG3_GRID everywhere (it is cheap).
 LARGE = {
+    400: (6, [16, 22.63, 32, 45.25]),  # overlaps the explicit run: a cross-check of the lean path
     512: (6, [22.63, 32, 45.25, 64, 90.51]),
     640: (8, [32, 45.25, 64, 90.51, 128]),
     800: (6, [32, 45.25, 64, 90.51, 128, 181.02]),
@@ -157,6 +160,8 @@ def run(d: int, *, trials: int, ip_grid, alg3_grid=ALG3_GRID, seed: int = 0):
                 dec = private_power_method_matrix_free(signal, d, 1, L=L_RESTARTS, R=R_STEPS, nu=plan.nu,
                                                        gaussian=cp.gaussian, rng=gen)
                 errs[eps][f"alg3_{cal}"].append(_err(dec, v1))
+        if not ip_grid:  # --alg3-only: more Alg. 3 runs near its threshold (input perturbation prints nan)
+            continue
         # input perturbation: one unit E per trial from a chokepoint charged with every grid ε's event
         n += 1
         events = [ip[eps].events[0] for eps in ip_grid]
@@ -179,7 +184,7 @@ def run(d: int, *, trials: int, ip_grid, alg3_grid=ALG3_GRID, seed: int = 0):
     return rows
 
 
-def main(out: str | None = None, *, quick: bool = False, only=(), trials=None) -> dict:
+def main(out: str | None = None, *, quick: bool = False, only=(), trials=None, alg3_only: bool = False) -> dict:
     from benchmarks.tensor_private_vs_epsilon import report
 
     dims = QUICK if quick else LARGE
@@ -190,7 +195,7 @@ def main(out: str | None = None, *, quick: bool = False, only=(), trials=None) -
             continue
         t0 = time.process_time()
         tr = trials or dtrials
-        rows_by_d[d] = run(d, trials=tr, ip_grid=ip_grid, alg3_grid=alg3_grid)
+        rows_by_d[d] = run(d, trials=tr, ip_grid=[] if alg3_only else ip_grid, alg3_grid=alg3_grid)
         trials_by_d[d] = tr
         print(f"d={d} done: {time.process_time() - t0:.0f} CPU-s, peak RSS "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GB", flush=True)
@@ -198,7 +203,7 @@ def main(out: str | None = None, *, quick: bool = False, only=(), trials=None) -
 
 
 if __name__ == "__main__":
-    # [out.png] [--quick] [--dims 640,1000] [--trials 6]
+    # [out.png] [--quick] [--dims 640,1000] [--trials 6] [--alg3-only]
     argv = sys.argv[1:]
     only, trials = (), None
     if "--dims" in argv:
@@ -209,5 +214,5 @@ if __name__ == "__main__":
         i = argv.index("--trials")
         trials = int(argv[i + 1])
         del argv[i : i + 2]
-    args = [a for a in argv if a != "--quick"]
-    main(args[0] if args else None, quick="--quick" in argv, only=only, trials=trials)
+    args = [a for a in argv if a not in ("--quick", "--alg3-only")]
+    main(args[0] if args else None, quick="--quick" in argv, only=only, trials=trials, alg3_only="--alg3-only" in argv)
