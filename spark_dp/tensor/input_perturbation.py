@@ -26,7 +26,7 @@ import numpy as np
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Chokepoint, GaussianEvent
 from spark_dp.privacy.calibration import paper_classic_gaussian_noise_multiplier
-from spark_dp.tensor.power_method import TensorDecomposition, check_counts, check_tensor, robust_tensor_power_method
+from spark_dp.tensor.power_method import TensorDecomposition, check_counts, check_tensor, power_method_checked
 from spark_dp.tensor.private import PrivatePlan, calibrate
 
 
@@ -113,4 +113,4 @@ def input_perturbation(
     T = check_tensor(T, owner=owner)
     k, L, R = check_counts(k, L, R, T.shape[0], owner=owner)
     noisy = noisy_symmetric_tensor(T, sigma=plan.sigma, sensitivity=plan.sensitivity, chokepoint=chokepoint)
-    return robust_tensor_power_method(noisy, k, L=L, R=R, rng=rng)
+    return power_method_checked(noisy, k, L=L, R=R, rng=rng)  # noisy is finite and exactly symmetric by construction

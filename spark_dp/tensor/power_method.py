@@ -141,10 +141,19 @@ def check_tensor(T, *, owner: str, rtol: float = 1e-9) -> np.ndarray:
         raise SchemaError(f"The tensor of {owner} must be finite (it holds NaN or infinity).")
     scale = float(np.max(np.abs(T))) if T.size else 0.0
     perms = list(itertools.permutations(range(3)))
+    d = T.shape[0]
+    slab = max(1, (1 << 22) // max(d * d, 1))  # compare ~32 MB slabs, not whole d³ differences
     for p in perms[1:]:
-        if np.max(np.abs(T - T.transpose(p))) > rtol * max(scale, 1e-300):
-            raise SchemaError(f"The tensor of {owner} must be symmetric (T[i,j,k] = T[j,i,k] = ... for all i, j, k).")
-    return sum(T.transpose(p) for p in perms) / 6.0
+        Tp = T.transpose(p)
+        for i in range(0, d, slab):
+            if np.max(np.abs(T[i : i + slab] - Tp[i : i + slab])) > rtol * max(scale, 1e-300):
+                raise SchemaError(
+                    f"The tensor of {owner} must be symmetric (T[i,j,k] = T[j,i,k] = ... for all i, j, k).")
+    out = T.copy()  # (1/6)Σ_σ T^σ, summed in place in the order of ``perms`` (perms[0] is the identity)
+    for p in perms[1:]:
+        out += T.transpose(p)
+    out /= 6.0
+    return out
 
 
 # -- Algorithm 1 ----------------------------------------------------------------
@@ -169,8 +178,17 @@ def robust_tensor_power_method(
     """
     owner = "power_method"
     T = check_tensor(T, owner=owner)
+    k, L, R = check_counts(k, L, R, T.shape[0], owner=owner)
+    return power_method_checked(T, k, L=L, R=R, rng=rng)
+
+
+def power_method_checked(T: np.ndarray, k: int, *, L: int, R: int, rng: np.random.Generator) -> TensorDecomposition:
+    """Alg. 1's loop on an already checked, exactly symmetric float64 T (see :func:`robust_tensor_power_method`).
+
+    For callers that built T symmetric themselves (input perturbation's noisy
+    tensor), so a d³ array is not checked and copied a second time.
+    """
     d = T.shape[0]
-    k, L, R = check_counts(k, L, R, d, owner=owner)
     lambdas = np.zeros(0)
     V_ = np.zeros((0, d))
     for _i in range(k):  # Alg. 1 step 2
