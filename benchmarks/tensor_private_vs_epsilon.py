@@ -1,6 +1,6 @@
 """Recovery error of the top component against ε: Alg. 3 (paper / exact) vs input perturbation.
 
-    nice -n 19 .venv/bin/python -m benchmarks.tensor_private_vs_epsilon            # full run, ~15 CPU-min, 3 GB peak
+    nice -n 19 .venv/bin/python -m benchmarks.tensor_private_vs_epsilon            # full run, ~15 CPU-min, 2.1 GB peak
     nice -n 19 .venv/bin/python -m benchmarks.tensor_private_vs_epsilon --quick    # d = 10 and 24, seconds (tests)
     ... --dims 320,400 --eps 22.63,32 --trials 6     # a subset of DIMS and of its grids
     ... out.png --replot run1.log run2.log           # table and plot from the printed lines of earlier runs
@@ -23,7 +23,7 @@ starts at ε = 4 and a method stops after two consecutive ε with median
 error < 0.5 (the error falls with ε; the threshold is then known) to keep
 the d³ runs short (``DIMS``). Memory: an explicit d = 400 tensor is 512 MB;
 input perturbation's symmetric noise (index arrays, six mirrored writes)
-and the symmetry checks bring the peak to about 3 GB there.
+and the symmetry check bring the peak to about 2.1 GB there.
 
 Noise: ``NumpySampler`` through real, charged chokepoints (a benchmark, not a
 release); starting vectors from a seeded generator.
