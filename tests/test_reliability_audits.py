@@ -390,7 +390,7 @@ def adassp_white(which):
     def white(tmp, under):
         plan = adassp_plan(epsilon=EPS, delta=DELTA, norm_bound=B)
         rec = Recorder(HalvedSampler() if under else NumpySampler())
-        reps = 200 if which == 0 else 1  # λ_min is one draw: pool 200 releases for power
+        reps = {0: 200, 1: 1, 2: 3}[which]  # λ_min is one draw: pool 200 releases; Xᵀy has 80, pool 3 (≥ 120)
         cp = charged(tmp, list(plan.events) * reps, rec)
         for _ in range(reps):
             adassp(np.zeros((P_ADA + 1, P_ADA + 1)), chokepoint=cp, plan=plan)
@@ -423,7 +423,7 @@ def adassp_black(which):
 
 
 # ---- tensor ----------------------------------------------------------------------
-D_T, L_T, R_T = 8, 60, 1
+D_T, L_T, R_T = 8, 128, 1  # L ≥ 120 eigenvalue draws: with 60 the χ² test missed a halved σ about 3 % of the time
 K_T = 1 * L_T * (R_T + 1)
 
 
@@ -515,7 +515,7 @@ def rowpass_black(tmp, under):
 
 
 def ip_white(tmp, under, sampler=None):
-    d, c = 6, 0.7
+    d, c = 9, 0.7  # 165 unique entries (d = 6 gave 56, too few to catch a halved σ at α = 1e-6 reliably)
     plan = input_perturbation_plan(epsilon=EPS, delta=DELTA, entry_scale=c)
     cp = charged(tmp, plan.events, sampler or (HalvedSampler() if under else NumpySampler()))
     E = noisy_symmetric_tensor(np.zeros((d, d, d)), sigma=plan.sigma, sensitivity=plan.sensitivity, chokepoint=cp)
