@@ -1,4 +1,4 @@
-"""A bounded cache of prepared row blocks inside each Python worker process.
+"""Bounded caches of prepared row blocks: shared by a host's Python workers, or inside each one.
 
 Spark reuses its Python worker processes between tasks
 (``spark.python.worker.reuse``, true by default), and a module imported in a
@@ -23,18 +23,45 @@ BLAS instead of reading and decoding the file again.
   it was evicted, first round) is read from its file; results never depend
   on the cache, only speed does.
 
+The per-worker store above (:class:`BlockCache`) is the fallback. **Shared by
+the workers of a host** (:class:`HostCache`, used first when
+Spark gives the worker its local directories in ``SPARK_LOCAL_DIRS``, as it
+does for every Python worker): the prepared rows of a unit are one file
+``<SPARK_LOCAL_DIRS[0]>/spark-dp-rows/<key hash>.rows`` of raw float64 rows,
+written once through a memory map and mapped read-only by every worker of
+the host that runs the unit later. Spark chooses which idle worker runs a
+task, so without sharing a later round often lands on a worker that has not
+seen the unit, and each worker ends up holding its own copy of everything.
+With it, one copy per host lives in the page cache (the kernel's memory,
+written back to the local disk under pressure), any worker hits it from the
+second pass on, and Spark deletes the directory with its block manager's
+when the application stops.
+
+* **Bound**: ``cap`` bytes of files per host; the least recently used files
+  are deleted first (a worker that still maps a deleted file keeps reading
+  it until it drops the mapping; it drops it at its next lookup).
+* **Atomic**: a file is written under a temporary name, its blocks reserved
+  with ``posix_fallocate`` first (a full disk is an ``OSError`` there, not a
+  ``SIGBUS`` later), and renamed into place complete; readers never see a
+  partial file. Any ``OSError`` falls back to the per-worker cache.
+* The key hash covers the same fields as the per-worker key, so a changed
+  file gets new names and its old files are deleted at the next lookup.
+
 Pure numpy/pyarrow; no Spark, no privacy.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-#: Default cap per Python worker process (bytes of cached float64 rows).
+#: Default cap of the cache (bytes of cached float64 rows): per host for the shared files, else per worker process.
 DEFAULT_CACHE_BYTES = 2 << 30
 
 
@@ -129,3 +156,181 @@ def drop_stale(key: tuple) -> int:
 
 def worker_id() -> int:
     return os.getpid()
+
+
+# -- the cache shared by the Python workers of one host ---------------------------
+HOST_SUBDIR = "spark-dp-rows"
+_SUFFIX = ".rows"
+_TMP = ".tmp-"
+_STALE_TMP_SECONDS = 3600.0  # a temporary file this old belongs to a worker that died while writing
+
+
+def host_dir() -> str | None:
+    """The shared directory of this host: under the first of ``SPARK_LOCAL_DIRS`` (None outside Spark workers)."""
+    first = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0].strip()
+    return os.path.join(first, HOST_SUBDIR) if first else None
+
+
+def _h(value, n: int) -> str:
+    return hashlib.sha256(repr(value).encode()).hexdigest()[:n]
+
+
+def file_prefix(key: tuple) -> str:
+    """``<uri hash>-<version hash>-<rest hash>`` of a :func:`unit_key`."""
+    return f"{_h(key[0], 16)}-{_h(tuple(key[1]), 12)}-{_h(tuple(key[2:]), 16)}"
+
+
+class HostCache:
+    """Read-only memory-mapped row files shared by the Python workers of one host (see the module text)."""
+
+    def __init__(self) -> None:
+        self._maps: dict[str, np.ndarray] = {}  # this process's mappings, by file path
+
+    # -- reading ----------------------------------------------------------------
+    def _files(self, root: str):
+        try:
+            return [e for e in os.scandir(root) if e.is_file(follow_symlinks=False)]
+        except OSError:
+            return []
+
+    def get(self, key: tuple) -> np.ndarray | None:
+        """The unit's rows mapped read-only, or None (no directory, not cached, unreadable)."""
+        root = host_dir()
+        if root is None:
+            return None
+        path = os.path.join(root, file_prefix(key) + _SUFFIX)
+        d = int(key[6])
+        try:
+            size = os.stat(path).st_size
+            os.utime(path)  # least recently used goes first
+        except OSError:
+            self._maps.pop(path, None)
+            return None
+        rows = self._maps.get(path)
+        if rows is None or rows.nbytes != size:
+            m = size // (8 * d) if d > 0 else 0
+            if m <= 0 or m * 8 * d != size:
+                return None
+            try:
+                rows = np.asarray(np.memmap(path, dtype=np.float64, mode="r", shape=(m, d)))  # a plain read-only view
+            except (OSError, ValueError):
+                return None
+            self._maps[path] = rows
+        return rows
+
+    def forget_missing(self) -> None:
+        """Drops this process's mappings of files another worker deleted (frees their pages)."""
+        for path in [p for p in self._maps if not os.path.exists(p)]:
+            del self._maps[path]
+
+    # -- writing ----------------------------------------------------------------
+    def create(self, key: tuple, rows: int, cap: int) -> tuple[str, np.ndarray] | None:
+        """A writable (rows, d) map on a new temporary file, room made under ``cap``; None if it cannot be."""
+        root = host_dir()
+        d = int(key[6])
+        nbytes = rows * d * 8
+        if root is None or rows <= 0 or d <= 0 or nbytes > cap:
+            return None
+        tmp = os.path.join(root, f"{_TMP}{os.getpid()}-{uuid.uuid4().hex}")
+        try:
+            os.makedirs(root, exist_ok=True)
+            self.shrink(cap - nbytes)
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, nbytes)
+            finally:
+                os.close(fd)
+            return tmp, np.memmap(tmp, dtype=np.float64, mode="r+", shape=(rows, d))
+        except OSError:
+            self.abandon(tmp)
+            return None
+
+    def commit(self, key: tuple, tmp: str, buf: np.ndarray, m: int) -> bool:
+        """Publishes the first ``m`` rows written to ``buf`` under the unit's name (False: left uncached)."""
+        d = int(key[6])
+        del buf  # unmap before truncating
+        try:
+            if m <= 0:
+                raise OSError("nothing to cache")
+            os.truncate(tmp, m * d * 8)
+            os.replace(tmp, os.path.join(os.path.dirname(tmp), file_prefix(key) + _SUFFIX))
+            return True
+        except OSError:
+            self.abandon(tmp)
+            return False
+
+    @staticmethod
+    def abandon(tmp: str) -> None:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+    # -- bounding and dropping --------------------------------------------------
+    def nbytes(self) -> int:
+        root = host_dir()
+        return 0 if root is None else sum(self._size(e) for e in self._files(root))
+
+    @staticmethod
+    def _size(e) -> int:
+        try:
+            return e.stat(follow_symlinks=False).st_size
+        except OSError:
+            return 0
+
+    def shrink(self, limit: int) -> None:
+        """Deletes least recently used row files (and dead workers' temporaries) until at most ``limit`` bytes remain."""
+        root = host_dir()
+        if root is None:
+            return
+        now = time.time()
+        entries = []
+        for e in self._files(root):
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if e.name.startswith(_TMP):
+                if now - st.st_mtime > _STALE_TMP_SECONDS:
+                    self.abandon(e.path)
+                else:
+                    entries.append((float("inf"), st.st_size, None))  # being written: counted, never deleted
+            elif e.name.endswith(_SUFFIX):
+                entries.append((st.st_mtime, st.st_size, e.path))
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in sorted(entries, key=lambda t: t[0]):
+            if total <= limit or path is None:
+                break
+            self.abandon(path)
+            total -= size
+        self.forget_missing()
+
+    def drop_where(self, pred) -> int:
+        """Deletes the row files whose name satisfies ``pred``; returns how many."""
+        root = host_dir()
+        if root is None:
+            return 0
+        gone = 0
+        for e in self._files(root):
+            if e.name.endswith(_SUFFIX) and pred(e.name):
+                try:
+                    os.unlink(e.path)
+                    gone += 1
+                except OSError:
+                    pass
+        self.forget_missing()
+        return gone
+
+    def drop_stale(self, key: tuple) -> int:
+        """Deletes the files of ``key``'s Parquet file at any other version."""
+        uri_h, ver_h = _h(key[0], 16), _h(tuple(key[1]), 12)
+        return self.drop_where(lambda name: name.startswith(uri_h + "-") and not name.startswith(f"{uri_h}-{ver_h}-"))
+
+    def drop_uris(self, uris: Sequence[str] | None) -> int:
+        """Deletes the files of ``uris`` (all if None)."""
+        wanted = None if uris is None else {_h(u, 16) for u in uris}
+        return self.drop_where(lambda name: wanted is None or name.split("-", 1)[0] in wanted)
+
+
+#: The shared cache as seen from this process.
+HOST = HostCache()

@@ -27,8 +27,10 @@ plain Parquet files can skip Spark's cache altogether: :func:`parquet_rows`
 plans the files' row groups into one task per core (the lead's direct-Parquet
 planning, :mod:`spark_dp.aggregates._parquet_tasks`), and each task reads its
 units with pyarrow and keeps their clipped, policy-applied rows in a bounded
-cache inside its Python worker (:mod:`spark_dp.aggregates._worker_cache`).
-Later passes that land on the same worker then do only BLAS. The sums are the
+cache that the Python workers of a host share (memory-mapped files under
+Spark's local directories; per worker where there are none:
+:mod:`spark_dp.aggregates._worker_cache`). Later passes then do only BLAS,
+whichever worker runs them. The sums are the
 same either way (up to floating-point summation order).
 """
 
@@ -253,11 +255,13 @@ class PassStats:
     """What the last pass over :class:`ParquetRows` did (reported back by the tasks).
 
     Attributes:
-        units_cached: units served from a worker's block cache.
+        units_cached: units served from the host's or a worker's cache.
         units_read: units read from their Parquet files.
         rows: rows kept (after the non-finite policy).
-        cache_bytes: bytes held in each worker's cache after the pass, by
-            worker process id (the workers that ran this pass only).
+        cache_bytes: bytes cached as each worker saw them after the pass
+            (its own plus its host's shared files), by worker process id
+            (the workers that ran this pass only; workers of one host count
+            the shared files each).
     """
 
     units_cached: int = 0
@@ -373,12 +377,15 @@ def _unit_rows(
     unit: Unit, columns: list[str], layout: str, d: int, norm_bound: float, nonfinite: str, cap: int,
     counters: list[int],
 ) -> Iterator[np.ndarray]:
-    """Inside a task: the unit's clipped, policy-applied rows, from the worker cache or its file.
+    """Inside a task: the unit's clipped, policy-applied rows, from the host's or the worker's cache, or its file.
 
     Read from the file, the blocks stream out as they are prepared and, when
-    the unit fits under ``cap``, are copied into one array that is cached
-    (read-only) if the file's size and time did not change while it was read.
-    ``counters`` gets +1 at [0] for a cache hit or at [1] for a file read.
+    the unit fits under ``cap``, are copied into one buffer that is cached
+    (read-only) if the file's size and time did not change while it was read:
+    a memory-mapped file shared by the host's workers when Spark gave the
+    worker local directories, else an array in this worker
+    (:mod:`spark_dp.aggregates._worker_cache`). ``counters`` gets +1 at [0]
+    for a cache hit or at [1] for a file read.
     """
     from spark_dp.aggregates import _worker_cache as wc
 
@@ -387,18 +394,24 @@ def _unit_rows(
         version = wc.file_version(unit[0])
         key = wc.unit_key(unit, version, columns, layout, d, norm_bound, nonfinite)
         rows = wc.CACHE.get(key)
+        if rows is None:
+            rows = wc.HOST.get(key)
         if rows is not None:
             counters[0] += 1
             yield rows
             return
         wc.drop_stale(key)
+        wc.HOST.drop_stale(key)
         wc.CACHE.shrink(cap)
     counters[1] += 1
-    buf = None
+    buf = shared = None
     if key is not None:
         pf = open_parquet(unit[0])
         upper = sum(pf.metadata.row_group(g).num_rows for g in row_groups(pf, unit[1], unit[2]))
-        if wc.CACHE.reserve(upper * d * 8, cap):
+        shared = wc.HOST.create(key, upper, cap)
+        if shared is not None:
+            buf = shared[1]
+        elif wc.CACHE.reserve(upper * d * 8, cap):
             buf = np.empty((upper, d))
     m = 0
     for block in unit_blocks(unit, columns, layout, d):
@@ -410,7 +423,16 @@ def _unit_rows(
                 buf[m : m + X.shape[0]] = X
         m += X.shape[0]
         yield X
-    if buf is not None and wc.file_version(unit[0]) == version:
+    unchanged = buf is not None and wc.file_version(unit[0]) == version
+    if shared is not None:
+        tmp, mapped = shared
+        buf = shared = None  # commit() holds the last reference and unmaps before truncating
+        if unchanged:
+            wc.HOST.commit(key, tmp, mapped, m)
+        else:
+            del mapped
+            wc.HOST.abandon(tmp)
+    elif unchanged:
         wc.CACHE.put(key, buf if m == buf.shape[0] else buf[:m].copy(), cap)
 
 
@@ -433,11 +455,12 @@ def parquet_moment_fn(
         acc = _ThirdMoment(U) if U is not None else _SecondMoment(d)
         count = 0
         counters = [0, 0]
+        wc.HOST.forget_missing()
         for unit in units_of(tasks, batches):
             for X in _unit_rows(unit, columns, layout, d, norm_bound, nonfinite, cache_bytes, counters):
                 acc.add(X)
                 count += X.shape[0]
-        trailer = [float(count), counters[0], counters[1], wc.CACHE.nbytes, wc.worker_id()]
+        trailer = [float(count), counters[0], counters[1], wc.CACHE.nbytes + wc.HOST.nbytes(), wc.worker_id()]
         yield _binary(np.concatenate([acc.values(), trailer]))
 
     return partials
@@ -448,8 +471,10 @@ def clear_worker_cache(spark: SparkSession, uris: Sequence[str] | None = None, *
 
     Best effort: Spark gives no way to address every worker, so this runs
     ``tasks`` (default: twice the task slots) tasks and each drops what its
-    worker holds. Entries it misses are evicted by the cap, or freed when
-    Spark stops an idle worker. Results never depend on the cache.
+    worker holds, and the shared row files of its host (one task per host
+    suffices for those). Entries it misses are evicted by the cap, or freed
+    when Spark stops an idle worker (the shared files when the application
+    stops). Results never depend on the cache.
 
     Returns:
         The number of entries dropped.
@@ -465,7 +490,7 @@ def clear_worker_cache(spark: SparkSession, uris: Sequence[str] | None = None, *
         for _ in batches:
             pass
         keep = None if wanted is None else set(wanted)
-        gone = wc.CACHE.drop_where(lambda k: keep is None or k[0] in keep)
+        gone = wc.CACHE.drop_where(lambda k: keep is None or k[0] in keep) + wc.HOST.drop_uris(wanted)
         yield pa.RecordBatch.from_arrays([pa.array([gone], type=pa.int64())], names=["n"])
 
     out = spark.range(0, n, 1, numPartitions=n).mapInArrow(drop, "n long").toArrow()

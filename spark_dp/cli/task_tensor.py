@@ -5,8 +5,8 @@ shape (d, d, d); neighbours ``tensor_entry``) or rows in a Spark format whose
 third moment Σ x^⊗3 is decomposed without forming it (neighbours
 ``add_remove`` / ``replace``; ``privacy.norm_bound`` required). For a plain
 Parquet dataset in ``reuse`` mode the tasks read the files themselves and
-keep the prepared rows in their Python workers between rounds
-(``params.worker_cache_bytes`` caps that cache per worker; 0 turns it off).
+keep the prepared rows between rounds in files the Python workers of a host
+share (``params.worker_cache_bytes`` caps that cache per host; 0 turns it off).
 """
 
 from __future__ import annotations

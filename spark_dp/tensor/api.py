@@ -141,15 +141,18 @@ def tensor_decomposition(
         source_paths: the Parquet files ``data`` is a plain read of (as the
             job passes for ``format: parquet``). In ``reuse`` mode the passes
             then read the files in the tasks and keep the prepared rows in a
-            bounded cache in each Python worker, so later rounds do only
-            BLAS (:func:`spark_dp.aggregates.moments.parquet_rows`); same
+            bounded cache shared by the Python workers of each host (files
+            mapped from Spark's local directories; per worker where there
+            are none), so later rounds do only BLAS
+            (:func:`spark_dp.aggregates.moments.parquet_rows`); same
             results. ``fresh`` mode (and a ``privacy_unit``) keeps the Spark
             path. Leave None for any other DataFrame.
-        worker_cache_bytes: cap of each Python worker's block cache for
-            ``source_paths`` (default 2 GiB); 0 reads the files every round.
+        worker_cache_bytes: cap of the block cache for ``source_paths``:
+            per host for the shared files, per Python worker otherwise
+            (default 2 GiB); 0 reads the files every round.
         clear_worker_cache: after the decomposition, drop its rows from the
-            worker caches (best effort) instead of leaving them to the cap
-            and Spark's idle-worker timeout.
+            caches (best effort) instead of leaving them to the cap, Spark's
+            idle-worker timeout and the application's end.
 
     Returns:
         A :class:`Release` with arrays ``eigenvalues`` (k,) and

@@ -1,0 +1,132 @@
+"""The prepared-rows cache shared by the Python workers of a host (spark_dp.aggregates._worker_cache.HostCache).
+
+In Spark workers ``SPARK_LOCAL_DIRS`` is set (tests/test_tensor_parquet.py
+checks the passes there); here it points at a temporary directory and the
+tasks' function runs in this process, a fresh ``HostCache`` standing in for
+another worker process of the same host.
+"""
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from spark_dp.aggregates import _worker_cache as wc
+from spark_dp.aggregates.moments import parquet_rows
+from tests.test_tensor_parquet import D, L, data, expected, replace_file, run_fn, write_list_files
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    local = tmp_path / "local"
+    local.mkdir()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{local},{tmp_path / 'second'}")
+    monkeypatch.setattr(wc, "HOST", wc.HostCache())
+    wc.CACHE.shrink(0)
+    yield local / wc.HOST_SUBDIR
+    wc.CACHE.shrink(0)
+
+
+def _files(root):
+    return sorted(p for p in os.listdir(root) if p.endswith(".rows")) if os.path.isdir(root) else []
+
+
+def _other_worker(monkeypatch):
+    """A new process's view: no mappings, no per-worker entries."""
+    monkeypatch.setattr(wc, "HOST", wc.HostCache())
+    wc.CACHE.shrink(0)
+
+
+def test_rows_one_worker_prepared_serve_another(spark, tmp_path, host, monkeypatch):
+    parts = data(21)
+    path = write_list_files(str(tmp_path / "x"), parts)
+    rows = parquet_rows(path, ["x"], dimension=D, spark=spark)
+    units = sum(len(t) for t in rows.tasks)
+    U = np.random.default_rng(22).standard_normal((D, L))
+    first, h1, r1 = run_fn(rows, U, 1 << 30)
+    assert (h1, r1) == (0, units)
+    assert len(_files(host)) == units and len(wc.CACHE) == 0  # shared files, nothing held per worker
+    assert not [p for p in os.listdir(host) if p.startswith(".tmp-")]  # every write was renamed into place
+    _other_worker(monkeypatch)
+    second, h2, r2 = run_fn(rows, U, 1 << 30)
+    assert (h2, r2) == (units, 0) and np.allclose(second, first, rtol=1e-13)
+    S_np, _, n_np, _ = expected(parts, U, 1.2, "drop")
+    assert second[-1] == n_np and np.allclose(second[: D * L], S_np.ravel(), rtol=1e-12)
+    cached = next(iter(wc.HOST._maps.values()))
+    assert not cached.flags.writeable and type(cached) is np.ndarray
+    # a rewritten Parquet file: its units are read again and its old row files deleted
+    f = sorted(rows.uris)[0]
+    new = np.random.default_rng(23).normal(size=parts[0].shape)
+    replace_file(f, tmp_path, [new], "part-0.parquet")
+    _other_worker(monkeypatch)
+    third, h3, r3 = run_fn(rows, U, 1 << 30)
+    changed = sum(1 for t in rows.tasks for u in t if u[0] == f)
+    assert (h3, r3) == (units - changed, changed) and len(_files(host)) == units
+    S_new, _, n_new, _ = expected([new, parts[1], parts[2]], U, 1.2, "drop")
+    assert third[-1] == n_new and np.allclose(third[: D * L], S_new.ravel(), rtol=1e-12)
+    # clearing by URI deletes that file's rows only; clearing all deletes the rest
+    assert wc.HOST.drop_uris([f]) == changed and len(_files(host)) == units - changed
+    assert wc.HOST.drop_uris(None) == units - changed and _files(host) == []
+
+
+def test_cap_evicts_least_recently_used_files(spark, tmp_path, host, monkeypatch):
+    parts = data(24, sizes=(100, 100, 100))
+    path = write_list_files(str(tmp_path / "x"), parts, row_group_size=1000)
+    rows = parquet_rows(path, ["x"], dimension=D, spark=spark)
+    assert sum(len(t) for t in rows.tasks) == 3
+    U = np.random.default_rng(25).standard_normal((D, L))
+    full, _, _ = run_fn(rows, U, 0)
+    two_units = 2 * 102 * D * 8
+    capped, h, r = run_fn(rows, U, two_units)
+    assert (h, r) == (0, 3) and len(_files(host)) == 2 and wc.HOST.nbytes() <= two_units
+    assert np.allclose(capped, full, rtol=1e-13)
+    tiny, h, r = run_fn(rows, U, 100)  # below any unit: nothing stored, and the older files are kept
+    assert (h, r) == (2, 1) and len(_files(host)) == 2 and np.allclose(tiny, full, rtol=1e-13)
+    run_fn(rows, U, 102 * D * 8)  # room for one: the least recently used go first
+    assert len(_files(host)) == 1
+
+
+def test_dead_writers_temporaries_are_removed_and_live_ones_kept(host):
+    os.makedirs(host)
+    old, live = host / ".tmp-1-old", host / ".tmp-2-live"
+    old.write_bytes(b"x" * 800)
+    live.write_bytes(b"x" * 800)
+    t = time.time() - 2 * wc._STALE_TMP_SECONDS
+    os.utime(old, (t, t))
+    wc.HOST.shrink(0)
+    assert not old.exists() and live.exists()
+
+
+def test_unusable_directory_falls_back_to_the_worker_cache(spark, tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the local dir should be")
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(blocker))
+    monkeypatch.setattr(wc, "HOST", wc.HostCache())
+    wc.CACHE.shrink(0)
+    parts = data(26)
+    path = write_list_files(str(tmp_path / "x"), parts)
+    rows = parquet_rows(path, ["x"], dimension=D, spark=spark)
+    units = sum(len(t) for t in rows.tasks)
+    U = np.random.default_rng(27).standard_normal((D, L))
+    first, h1, r1 = run_fn(rows, U, 1 << 30)
+    second, h2, r2 = run_fn(rows, U, 1 << 30)
+    assert (h1, r1, h2, r2) == (0, units, units, 0) and len(wc.CACHE) == units
+    assert np.allclose(second, first, rtol=1e-13)
+    wc.CACHE.shrink(0)
+
+
+def test_a_truncated_or_foreign_file_is_not_served(host):
+    key = wc.unit_key(("file:///x.parquet", 0, 1), (10, 20), ["x"], "list", D, 1.0, "drop")
+    os.makedirs(host)
+    (host / (wc.file_prefix(key) + ".rows")).write_bytes(b"\0" * (8 * D + 3))  # not whole rows
+    assert wc.HOST.get(key) is None
+    made = wc.HOST.create(key, 4, 1 << 20)
+    assert made is not None
+    tmp, buf = made
+    buf[:] = np.arange(4 * D, dtype=float).reshape(4, D)
+    assert wc.HOST.commit(key, tmp, buf, 3)  # three rows kept: the file is cut to them
+    del buf
+    got = wc.HOST.get(key)
+    assert got.shape == (3, D) and np.array_equal(got, np.arange(3 * D, dtype=float).reshape(3, D))
+    assert wc.HOST.create(key, 10**6, 1 << 20) is None  # larger than the cap: not cached
