@@ -16,9 +16,9 @@ machine hits them alike. Rows:
   (tasks read the Parquet files with pyarrow): with the worker block cache
   off (every pass reads the files); a first round after clearing the caches
   (reads the files and fills the caches); the rounds right after it, as the
-  power method sees them (Spark picks which idle worker runs each task, so
-  some units are still read from files in rounds 2–3); and warm rounds
-  (every unit served from a worker's cache: only BLAS).
+  power method sees them (Spark picks which idle worker runs each task; the
+  rows are files shared by the host's workers, so any worker finds them); and
+  warm rounds (every unit served from the cache: only BLAS).
 
 Every row's sums are checked against numpy. Spark runs ``local[2]`` with
 ``spark.executorEnv.OPENBLAS_NUM_THREADS=1``. The data are those of
@@ -150,7 +150,7 @@ def bench(spark, path: str, n: int, d: int, L: int, reps: int) -> tuple[list[dic
         ("first", "**direct Parquet, first round** (caches cleared before; reads the files, fills the caches)",
          first),
         ("after", f"direct Parquet, rounds 2–{AFTER_COLD + 1} right after the first (mean per round)", rounds_after),
-        ("warm", "**direct Parquet, warm round** (every unit from a worker's cache: BLAS only)", warm),
+        ("warm", "**direct Parquet, warm round** (every unit from the cache: BLAS only)", warm),
     ]
     walls: dict[str, list[float]] = {k: [] for k, *_ in table}
     cpus: dict[str, list[float]] = {k: [] for k, *_ in table}
@@ -204,14 +204,14 @@ def render(n: int, d: int, L: int, results: list[dict], info: dict, meta: dict) 
     for r in results:
         err = "" if r["err"] is None else f"{r['err']:.0e}"
         out.append(f"| {r['what']} | {r['wall']:.2f} | {r['cpu']:.1f} | {ref / r['wall']:.2f} | {err} |")
-    cached_gib = sum(info["cache_bytes"].values()) / 2**30
+    seen = ", ".join(f"{b / 2**30:.2f}" for b in sorted(info["cache_bytes"].values()))
     out += ["",
             f"Units read from files (of {info['units']}): first rounds {info['first_read']}; rounds 2–"
             f"{AFTER_COLD + 1} after each first round {info['after_read']}; timed warm rounds {info['warm_read']}. "
             f"Median seconds of rounds 2–{AFTER_COLD + 1}: "
             + ", ".join(f"{w:.2f}" for w in info["after_wall"]) + ". "
-            f"The worker caches held {cached_gib:.2f} GiB in {len(info['cache_bytes'])} Python workers at the end "
-            "(each worker ends up holding the units of every task it ran).",
+            f"Cache at the end, GiB as each of the {len(info['cache_bytes'])} Python workers saw it (its own rows "
+            f"plus the host's shared row files, which all workers of the host map): {seen}.",
             f"Speed-ups: warm round over the cached-DataFrame pass {by['cached']['wall'] / by['warm']['wall']:.1f}×; "
             f"first round over it {by['cached']['wall'] / by['first']['wall']:.1f}×. "
             f"numpy 1-thread CPU ÷ warm-round CPU {by['numpy1']['cpu'] / by['warm']['cpu']:.2f}.", "", END]
@@ -230,6 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data", default="/tmp/spark-dp-bench")
     ap.add_argument("--doc", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     ap.add_argument("--driver-memory", default="6g")
+    ap.add_argument("--host-cache", choices=("on", "off"), default="on",
+                    help="off: each Python worker keeps its own rows (spark.executorEnv.SPARK_DP_HOST_CACHE=off)")
     args = ap.parse_args(argv)
     n, d = QUICK if args.quick else FULL
     L = args.restarts
@@ -243,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     load_before = "%.1f" % os.getloadavg()[0]
     spark = get_spark("spark-dp-bench-tensor-pass", master="local[2]", conf={
         "spark.driver.memory": args.driver_memory, "spark.executorEnv.OPENBLAS_NUM_THREADS": "1",
+        "spark.executorEnv.SPARK_DP_HOST_CACHE": args.host_cache,
         "spark.sql.shuffle.partitions": "2"})
     try:
         results, info = bench(spark, path, n, d, L, args.reps)

@@ -121,12 +121,28 @@ def test_a_truncated_or_foreign_file_is_not_served(host):
     os.makedirs(host)
     (host / (wc.file_prefix(key) + ".rows")).write_bytes(b"\0" * (8 * D + 3))  # not whole rows
     assert wc.HOST.get(key) is None
-    made = wc.HOST.create(key, 4, 1 << 20)
-    assert made is not None
-    tmp, buf = made
-    buf[:] = np.arange(4 * D, dtype=float).reshape(4, D)
-    assert wc.HOST.commit(key, tmp, buf, 3)  # three rows kept: the file is cut to them
-    del buf
+    writer = wc.HOST.create(key, 4, 1 << 20)
+    assert writer is not None
+    rows = np.arange(4 * D, dtype=float).reshape(4, D)
+    assert writer.write(rows[:2]) and writer.write(rows[2:3])  # three rows of the four the metadata allowed
+    assert wc.HOST.get(key) is None  # nothing visible before the commit (the bad file was replaced only then)
+    assert writer.commit()
     got = wc.HOST.get(key)
-    assert got.shape == (3, D) and np.array_equal(got, np.arange(3 * D, dtype=float).reshape(3, D))
+    assert got.shape == (3, D) and np.array_equal(got, rows[:3]) and not got.flags.writeable
+    over = wc.HOST.create(key, 2, 1 << 20)
+    assert over.write(rows[:2]) and not over.write(rows[2:3])  # more rows than reserved: dropped, not published
+    assert not over.commit() and np.array_equal(wc.HOST.get(key), rows[:3])
+    assert not [p for p in os.listdir(host) if p.startswith(".tmp-")]
     assert wc.HOST.create(key, 10**6, 1 << 20) is None  # larger than the cap: not cached
+
+
+def test_the_shared_files_can_be_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    assert wc.host_dir() == os.path.join(str(tmp_path), wc.HOST_SUBDIR)
+    for off in ("off", "0", "false", "OFF"):
+        monkeypatch.setenv("SPARK_DP_HOST_CACHE", off)
+        assert wc.host_dir() is None
+    monkeypatch.setenv("SPARK_DP_HOST_CACHE", "on")
+    assert wc.host_dir() is not None
+    monkeypatch.delenv("SPARK_LOCAL_DIRS")
+    assert wc.host_dir() is None  # outside Spark's Python workers: no shared directory

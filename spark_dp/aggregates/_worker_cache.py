@@ -28,7 +28,7 @@ the workers of a host** (:class:`HostCache`, used first when
 Spark gives the worker its local directories in ``SPARK_LOCAL_DIRS``, as it
 does for every Python worker): the prepared rows of a unit are one file
 ``<SPARK_LOCAL_DIRS[0]>/spark-dp-rows/<key hash>.rows`` of raw float64 rows,
-written once through a memory map and mapped read-only by every worker of
+written once and mapped read-only by every worker of
 the host that runs the unit later. Spark chooses which idle worker runs a
 task, so without sharing a later round often lands on a worker that has not
 seen the unit, and each worker ends up holding its own copy of everything.
@@ -40,10 +40,12 @@ when the application stops.
 * **Bound**: ``cap`` bytes of files per host; the least recently used files
   are deleted first (a worker that still maps a deleted file keeps reading
   it until it drops the mapping; it drops it at its next lookup).
-* **Atomic**: a file is written under a temporary name, its blocks reserved
-  with ``posix_fallocate`` first (a full disk is an ``OSError`` there, not a
-  ``SIGBUS`` later), and renamed into place complete; readers never see a
-  partial file. Any ``OSError`` falls back to the per-worker cache.
+* **Atomic**: a file is written under a temporary name with plain writes as
+  the blocks are prepared (no second copy of the rows in the worker; a full
+  disk is an ``OSError``, never a ``SIGBUS`` as through a writable map) and
+  renamed into place complete; readers never see a partial file. An
+  ``OSError`` while writing leaves the unit uncached (it is read from its
+  file next time); one before writing falls back to the per-worker cache.
 * The key hash covers the same fields as the per-worker key, so a changed
   file gets new names and its old files are deleted at the next lookup.
 
@@ -166,7 +168,14 @@ _STALE_TMP_SECONDS = 3600.0  # a temporary file this old belongs to a worker tha
 
 
 def host_dir() -> str | None:
-    """The shared directory of this host: under the first of ``SPARK_LOCAL_DIRS`` (None outside Spark workers)."""
+    """The shared directory of this host: under the first of ``SPARK_LOCAL_DIRS`` (None outside Spark workers).
+
+    ``SPARK_DP_HOST_CACHE=off`` in the workers' environment
+    (``spark.executorEnv.SPARK_DP_HOST_CACHE``) turns the shared files off:
+    each worker then keeps its own rows.
+    """
+    if os.environ.get("SPARK_DP_HOST_CACHE", "").strip().lower() in ("off", "0", "false", "no"):
+        return None
     first = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0].strip()
     return os.path.join(first, HOST_SUBDIR) if first else None
 
@@ -178,6 +187,56 @@ def _h(value, n: int) -> str:
 def file_prefix(key: tuple) -> str:
     """``<uri hash>-<version hash>-<rest hash>`` of a :func:`unit_key`."""
     return f"{_h(key[0], 16)}-{_h(tuple(key[1]), 12)}-{_h(tuple(key[2:]), 16)}"
+
+
+class HostWriter:
+    """Streams one unit's prepared blocks into a temporary file, then renames it into place complete.
+
+    Plain ``write`` calls (a full disk is an ``OSError`` there, never a
+    ``SIGBUS`` as with a writable map); any error leaves the unit uncached.
+    """
+
+    def __init__(self, key: tuple, tmp: str, f, rows: int) -> None:
+        self.key, self.tmp, self._f, self._left = key, tmp, f, rows
+
+    def write(self, X: np.ndarray) -> bool:
+        """Appends rows; False (and the file is dropped) when they exceed the reserved count or cannot be written."""
+        if self._f is None:
+            return False
+        self._left -= X.shape[0]
+        try:
+            if self._left < 0:
+                raise OSError("more rows than the unit's metadata said")
+            self._f.write(memoryview(np.ascontiguousarray(X, dtype=np.float64)).cast("B"))
+            return True
+        except OSError:
+            self.abandon()
+            return False
+
+    def commit(self) -> bool:
+        """Publishes the rows written under the unit's name (False: left uncached)."""
+        if self._f is None:
+            return False
+        try:
+            size = self._f.tell()
+            self._f.close()
+            self._f = None
+            if size <= 0:
+                raise OSError("nothing to cache")
+            os.replace(self.tmp, os.path.join(os.path.dirname(self.tmp), file_prefix(self.key) + _SUFFIX))
+            return True
+        except OSError:
+            self.abandon()
+            return False
+
+    def abandon(self) -> None:
+        if self._f is not None:
+            try:
+                self._f.close()
+            except OSError:
+                pass
+            self._f = None
+        HostCache.abandon(self.tmp)
 
 
 class HostCache:
@@ -224,8 +283,8 @@ class HostCache:
             del self._maps[path]
 
     # -- writing ----------------------------------------------------------------
-    def create(self, key: tuple, rows: int, cap: int) -> tuple[str, np.ndarray] | None:
-        """A writable (rows, d) map on a new temporary file, room made under ``cap``; None if it cannot be."""
+    def create(self, key: tuple, rows: int, cap: int) -> HostWriter | None:
+        """A writer of at most ``rows`` rows to a new temporary file, room made under ``cap``; None if it cannot be."""
         root = host_dir()
         d = int(key[6])
         nbytes = rows * d * 8
@@ -235,29 +294,10 @@ class HostCache:
         try:
             os.makedirs(root, exist_ok=True)
             self.shrink(cap - nbytes)
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.posix_fallocate(fd, 0, nbytes)
-            finally:
-                os.close(fd)
-            return tmp, np.memmap(tmp, dtype=np.float64, mode="r+", shape=(rows, d))
+            return HostWriter(key, tmp, open(tmp, "xb", buffering=0), rows)
         except OSError:
             self.abandon(tmp)
             return None
-
-    def commit(self, key: tuple, tmp: str, buf: np.ndarray, m: int) -> bool:
-        """Publishes the first ``m`` rows written to ``buf`` under the unit's name (False: left uncached)."""
-        d = int(key[6])
-        del buf  # unmap before truncating
-        try:
-            if m <= 0:
-                raise OSError("nothing to cache")
-            os.truncate(tmp, m * d * 8)
-            os.replace(tmp, os.path.join(os.path.dirname(tmp), file_prefix(key) + _SUFFIX))
-            return True
-        except OSError:
-            self.abandon(tmp)
-            return False
 
     @staticmethod
     def abandon(tmp: str) -> None:

@@ -404,34 +404,37 @@ def _unit_rows(
         wc.HOST.drop_stale(key)
         wc.CACHE.shrink(cap)
     counters[1] += 1
-    buf = shared = None
+    buf = writer = None
     if key is not None:
         pf = open_parquet(unit[0])
         upper = sum(pf.metadata.row_group(g).num_rows for g in row_groups(pf, unit[1], unit[2]))
-        shared = wc.HOST.create(key, upper, cap)
-        if shared is not None:
-            buf = shared[1]
-        elif wc.CACHE.reserve(upper * d * 8, cap):
+        writer = wc.HOST.create(key, upper, cap)
+        if writer is None and wc.CACHE.reserve(upper * d * 8, cap):
             buf = np.empty((upper, d))
     m = 0
-    for block in unit_blocks(unit, columns, layout, d):
-        X = clip_rows(apply_nonfinite(block, nonfinite), norm_bound)
-        if buf is not None:
-            if m + X.shape[0] > buf.shape[0]:  # the file grew since its metadata was read
-                buf = None
-            else:
-                buf[m : m + X.shape[0]] = X
-        m += X.shape[0]
-        yield X
-    unchanged = buf is not None and wc.file_version(unit[0]) == version
-    if shared is not None:
-        tmp, mapped = shared
-        buf = shared = None  # commit() holds the last reference and unmaps before truncating
+    try:
+        for block in unit_blocks(unit, columns, layout, d):
+            X = clip_rows(apply_nonfinite(block, nonfinite), norm_bound)
+            if writer is not None:
+                if not writer.write(X):  # more rows than the metadata said, or the disk refused: not cached
+                    writer = None
+            elif buf is not None:
+                if m + X.shape[0] > buf.shape[0]:  # the file grew since its metadata was read
+                    buf = None
+                else:
+                    buf[m : m + X.shape[0]] = X
+            m += X.shape[0]
+            yield X
+    except BaseException:  # the task failed or stopped early: no half-written file is left behind
+        if writer is not None:
+            writer.abandon()
+        raise
+    unchanged = (writer is not None or buf is not None) and wc.file_version(unit[0]) == version
+    if writer is not None:
         if unchanged:
-            wc.HOST.commit(key, tmp, mapped, m)
+            writer.commit()
         else:
-            del mapped
-            wc.HOST.abandon(tmp)
+            writer.abandon()
     elif unchanged:
         wc.CACHE.put(key, buf if m == buf.shape[0] else buf[:m].copy(), cap)
 
