@@ -48,6 +48,8 @@ def test_rows_one_worker_prepared_serve_another(spark, tmp_path, host, monkeypat
     assert (h1, r1) == (0, units)
     assert len(_files(host)) == units and len(wc.CACHE) == 0  # shared files, nothing held per worker
     assert not [p for p in os.listdir(host) if p.startswith(".tmp-")]  # every write was renamed into place
+    assert os.stat(host).st_mode & 0o777 == 0o700  # private data at rest: owner only
+    assert {os.stat(host / f).st_mode & 0o777 for f in _files(host)} == {0o600}
     _other_worker(monkeypatch)
     second, h2, r2 = run_fn(rows, U, 1 << 30)
     assert (h2, r2) == (units, 0) and np.allclose(second, first, rtol=1e-13)

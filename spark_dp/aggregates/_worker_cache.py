@@ -46,6 +46,9 @@ when the application stops.
   renamed into place complete; readers never see a partial file. An
   ``OSError`` while writing leaves the unit uncached (it is read from its
   file next time); one before writing falls back to the per-worker cache.
+* **Private**: the directory is created owner-only (0700) and each file
+  0600: the rows are the data set's clipped rows, readable only by the
+  user Spark's workers run as (like Spark's own shuffle files there).
 * The key hash covers the same fields as the per-worker key, so a changed
   file gets new names and its old files are deleted at the next lookup.
 
@@ -292,9 +295,10 @@ class HostCache:
             return None
         tmp = os.path.join(root, f"{_TMP}{os.getpid()}-{uuid.uuid4().hex}")
         try:
-            os.makedirs(root, exist_ok=True)
+            os.makedirs(root, mode=0o700, exist_ok=True)  # the rows are private data: owner only, like the files
             self.shrink(cap - nbytes)
-            return HostWriter(key, tmp, open(tmp, "xb", buffering=0), rows)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            return HostWriter(key, tmp, os.fdopen(fd, "wb", buffering=0), rows)
         except OSError:
             self.abandon(tmp)
             return None
