@@ -38,12 +38,16 @@ def _other_worker(monkeypatch):
     wc.CACHE.shrink(0)
 
 
-def test_rows_one_worker_prepared_serve_another(spark, tmp_path, host, monkeypatch):
-    parts = data(21)
-    path = write_list_files(str(tmp_path / "x"), parts)
+def _planned(spark, tmp_path, seed, **sizes):
+    """Parquet files of ``data(seed)``, their planned passes, the unit count and a U."""
+    parts = data(seed, **sizes)
+    path = write_list_files(str(tmp_path / "x"), parts, **({"row_group_size": 1000} if sizes else {}))
     rows = parquet_rows(path, ["x"], dimension=D, spark=spark)
-    units = sum(len(t) for t in rows.tasks)
-    U = np.random.default_rng(22).standard_normal((D, L))
+    return parts, rows, sum(len(t) for t in rows.tasks), np.random.default_rng(seed + 1).standard_normal((D, L))
+
+
+def test_rows_one_worker_prepared_serve_another(spark, tmp_path, host, monkeypatch):
+    parts, rows, units, U = _planned(spark, tmp_path, 21)
     first, h1, r1 = run_fn(rows, U, 1 << 30)
     assert (h1, r1) == (0, units)
     assert len(_files(host)) == units and len(wc.CACHE) == 0  # shared files, nothing held per worker
@@ -73,11 +77,8 @@ def test_rows_one_worker_prepared_serve_another(spark, tmp_path, host, monkeypat
 
 
 def test_cap_evicts_least_recently_used_files(spark, tmp_path, host, monkeypatch):
-    parts = data(24, sizes=(100, 100, 100))
-    path = write_list_files(str(tmp_path / "x"), parts, row_group_size=1000)
-    rows = parquet_rows(path, ["x"], dimension=D, spark=spark)
-    assert sum(len(t) for t in rows.tasks) == 3
-    U = np.random.default_rng(25).standard_normal((D, L))
+    _, rows, units, U = _planned(spark, tmp_path, 24, sizes=(100, 100, 100))
+    assert units == 3
     full, _, _ = run_fn(rows, U, 0)
     two_units = 2 * 102 * D * 8
     capped, h, r = run_fn(rows, U, two_units)
@@ -106,11 +107,7 @@ def test_unusable_directory_falls_back_to_the_worker_cache(spark, tmp_path, monk
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(blocker))
     monkeypatch.setattr(wc, "HOST", wc.HostCache())
     wc.CACHE.shrink(0)
-    parts = data(26)
-    path = write_list_files(str(tmp_path / "x"), parts)
-    rows = parquet_rows(path, ["x"], dimension=D, spark=spark)
-    units = sum(len(t) for t in rows.tasks)
-    U = np.random.default_rng(27).standard_normal((D, L))
+    _, rows, units, U = _planned(spark, tmp_path, 26)
     first, h1, r1 = run_fn(rows, U, 1 << 30)
     second, h2, r2 = run_fn(rows, U, 1 << 30)
     assert (h1, r1, h2, r2) == (0, units, units, 0) and len(wc.CACHE) == units
