@@ -12,7 +12,7 @@ The experiment of :mod:`benchmarks.tensor_private_vs_epsilon` (same λ = (50,
 decomposed, L = 5, R = 10, δ = 1e-6, median ‖v₁ − v̂₁‖ over the trials,
 threshold 0.5, ν and σ from the library's plans, printed lines in the same
 format so ``--replot`` merges them), for d beyond the explicit float64 path
-(d = 400 peaked at 3 GB; d = 800 would need ~25 GB). What changes is only
+(d = 400 peaks at 2.1 GB; d = 800 would need ~17 GB). What changes is only
 how the tensors are held:
 
 * The signal T = Σλᵢvᵢ^⊗3 is never formed: T(I,U,U) = Vᵀ(λ∘(VU)²).
