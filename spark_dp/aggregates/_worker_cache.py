@@ -155,8 +155,8 @@ def unit_key(unit: tuple[str, int, int], version: tuple[int, ...], columns: Sequ
 
 
 def drop_stale(key: tuple) -> int:
-    """Drops every entry of ``key``'s file whose version differs: they can never be hit again."""
-    return CACHE.drop_where(lambda k: k[0] == key[0] and k[1] != key[1])
+    """Drops ``key``'s file at any other version, here and in the host's files: it can never be hit again."""
+    return CACHE.drop_where(lambda k: k[0] == key[0] and k[1] != key[1]) + HOST.drop_stale(key)
 
 
 def worker_id() -> int:

@@ -401,7 +401,6 @@ def _unit_rows(
             yield rows
             return
         wc.drop_stale(key)
-        wc.HOST.drop_stale(key)
         wc.CACHE.shrink(cap)
     counters[1] += 1
     buf = writer = None
