@@ -7,12 +7,26 @@ The budget is split in three equal Gaussian releases composed *exactly*
 (μ-GDP, z = √3·z₁(ε, δ)) instead of the paper's (ε/3, δ/3) each.
 
 Data: rows [x, y] clipped jointly to ‖[x, y]‖₂ ≤ B, so ‖x‖ ≤ B, |y| ≤ B and
-‖x‖·|y| ≤ B²/2. Sensitivities (add/remove one row; replace in brackets):
+‖x‖·|y| ≤ B²/2 (AM–GM). A privacy unit is one row, or, with a
+``privacy_unit`` column, the at most m = ``max_rows_per_unit`` rows kept for
+one unit value.
 
-1. λ_min(XᵀX): adding xxᵀ (PSD, ‖xxᵀ‖₂ ≤ B²) moves every eigenvalue by
-   [0, B²] (Weyl), so Δ₁ = B² (replace: B²).
-2. upper triangle of XᵀX: Δ₂ = B² (replace √2·B²), as for Analyze Gauss.
-3. Xᵀy: ‖x·y‖₂ ≤ B²/2 (replace: B²).
+Neighbours: add/remove one unit (default) or replace one unit's rows by at
+most m others. Sensitivities, for a unit of rows x₁…x_m (P = Σ xᵢxᵢᵀ,
+q = Σ xᵢyᵢ; a replacing unit's Q, r likewise):
+
+1. λ_min(XᵀX). add/remove: XᵀX moves by ±P, P PSD with ‖P‖₂ ≤ Σ‖xᵢ‖² ≤ m·B²,
+   so every eigenvalue moves within [0, m·B²] (Weyl): Δ₁ = m·B².
+   replace: XᵀX − P + Q with −P ≼ Q − P ≼ Q, so λ_min moves within
+   [−m·B², m·B²] (Weyl again): Δ₁ = m·B².
+2. upper triangle of XᵀX: ‖P‖_F ≤ m·B², so Δ₂ = m·B² (add/remove) and
+   √2·m·B² (replace: ⟨P, Q⟩ ≥ 0 for PSD P, Q), exactly as Analyze Gauss
+   (:func:`spark_dp.privacy.second_moment_l2_sensitivity`).
+3. Xᵀy: ‖q‖₂ ≤ Σ‖xᵢ‖·|yᵢ| ≤ m·B²/2, so Δ₃ = m·B²/2 (add/remove) and
+   ‖q − r‖₂ ≤ m·B² (replace).
+
+Every sensitivity is m times its one-row value (the per-unit bound enters
+once, here, through :func:`adassp_sensitivities`).
 
 Steps (Wang 2018, Alg. 2, with σᵢ = z·Δᵢ and failure probability ρ):
 
@@ -30,7 +44,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spark_dp.privacy import Chokepoint, GaussianEvent, gaussian_noise_multiplier
+from spark_dp.privacy import (
+    NEIGHBORS,
+    Chokepoint,
+    GaussianEvent,
+    gaussian_noise_multiplier,
+    second_moment_l2_sensitivity,
+)
 from spark_dp.second_moment.regression import solve_normal_equations
 
 
@@ -45,10 +65,24 @@ class AdaSSPPlan:
     rho: float
 
 
-def adassp_plan(*, epsilon: float, delta: float, norm_bound: float, neighbors: str = "add_remove", rho: float = 0.05) -> AdaSSPPlan:
-    """Three Gaussian events at z = √3·z₁(ε, δ) and their σᵢ = z·Δᵢ."""
-    b2 = norm_bound**2
-    sens = (b2, b2, b2 / 2) if neighbors == "add_remove" else (b2, math.sqrt(2.0) * b2, b2)
+def adassp_sensitivities(norm_bound: float, *, neighbors: str = "add_remove",
+                         max_rows_per_unit: int = 1) -> tuple[float, float, float]:
+    """(Δ₁, Δ₂, Δ₃) of λ_min(XᵀX), the upper triangle of XᵀX and Xᵀy (module docstring)."""
+    m = int(max_rows_per_unit)
+    if m < 1:
+        raise ValueError(f"max_rows_per_unit must be >= 1, got {max_rows_per_unit!r}")
+    mb2 = m * norm_bound**2
+    if neighbors == "add_remove":
+        return (mb2, second_moment_l2_sensitivity(norm_bound, max_rows_per_unit=m, neighbors=neighbors), mb2 / 2)
+    if neighbors == "replace":
+        return (mb2, second_moment_l2_sensitivity(norm_bound, max_rows_per_unit=m, neighbors=neighbors), mb2)
+    raise ValueError(f"unknown neighbour relation {neighbors!r}; expected one of {list(NEIGHBORS)}")
+
+
+def adassp_plan(*, epsilon: float, delta: float, norm_bound: float, neighbors: str = "add_remove",
+                max_rows_per_unit: int = 1, rho: float = 0.05) -> AdaSSPPlan:
+    """Three Gaussian events at z = √3·z₁(ε, δ) and their σᵢ = z·Δᵢ (Δᵢ for m rows per unit)."""
+    sens = adassp_sensitivities(norm_bound, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit)
     z = gaussian_noise_multiplier(epsilon, delta, releases=3)
     ev = GaussianEvent(noise_multiplier=z)
     return AdaSSPPlan((ev, ev, ev), tuple(z * s for s in sens), sens, delta, rho)  # type: ignore[arg-type]

@@ -151,7 +151,8 @@ def plan_mechanism(
         if postprocess != "none":
             raise ConfigError(f"The 'postprocess' parameter of {owner} must be 'none' for mechanism 'adassp' "
                               f"(it releases no second-moment matrix to post-process). Got {postprocess!r} instead.")
-        plan = adassp_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors)
+        plan = adassp_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
+                           max_rows_per_unit=max_rows_per_unit)
         privacy = {**base, "noise": "gaussian x3 (lambda_min, X^T X, X^T y)", "noise_sigma": list(plan.sigmas),
                    "sensitivity": list(plan.sensitivities),
                    "calibration": "exact composition of three equal Gaussian releases (mu-GDP)",

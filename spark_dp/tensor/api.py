@@ -190,6 +190,13 @@ def tensor_decomposition(
         raise ConfigError(f"The 'rows_per_round' parameter of {OWNER} applies to rows only. Got {rows_per_round} "
                           "for an explicit tensor instead.")
     if explicit:
+        # An explicit tensor has no rows, hence no units to bound: refuse rather than ignore.
+        if privacy_unit is not None:
+            raise ConfigError(f"The 'privacy_unit' parameter of {OWNER} applies to rows (a DataFrame) only; an explicit "
+                              f"tensor's neighbours are 'tensor_entry'. Got {privacy_unit!r} instead.")
+        if max_rows_per_unit != 1:
+            raise ConfigError(f"The 'max_rows_per_unit' parameter of {OWNER} applies to rows (a DataFrame) only. "
+                              f"Got {max_rows_per_unit!r} for an explicit tensor instead.")
         if isinstance(data, str | os.PathLike):
             dataset_path = dataset_path or os.fspath(data)
             common["dataset_path"] = dataset_path
