@@ -33,7 +33,7 @@ from spark_dp._version import __version__
 from spark_dp.errors import ConfigError, ReleaseConflictError
 from spark_dp.privacy import Budget, Chokepoint, NoiseSampler, make_sampler, open_ledger
 from spark_dp.privacy.events import Event, event_to_dict
-from spark_dp.privacy.ledger import DatasetStatus
+from spark_dp.privacy.ledger import DatasetStatus, UnitDeclaration
 from spark_dp.release import MANIFEST_SCHEMA_VERSION, Release, load_release, write_release
 
 log = logging.getLogger("spark_dp")
@@ -42,6 +42,20 @@ log = logging.getLogger("spark_dp")
 def canonical_sha256(obj: Any) -> str:
     """SHA-256 of the canonical JSON of ``obj`` (sorted keys, no spaces)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def unit_of(privacy: dict[str, Any]) -> UnitDeclaration:
+    """The privacy unit a release protects, from its manifest ``privacy`` fields.
+
+    Every family records ``neighbors``, ``privacy_unit`` (rows) and the
+    per-unit bound (``max_rows_per_unit`` or the sketches' ``max_items_per_unit``).
+    """
+    if "neighbors" not in privacy:
+        raise RuntimeError("bug: a release's privacy fields must state its neighbour relation")
+    neighbors = str(privacy["neighbors"])
+    unit = privacy.get("privacy_unit") or ("tensor_entry" if neighbors == "tensor_entry" else "row")
+    m = privacy.get("max_rows_per_unit", privacy.get("max_items_per_unit")) or 1
+    return UnitDeclaration(str(unit), int(m), neighbors)
 
 
 class DPSession:
@@ -174,7 +188,7 @@ class DPSession:
 
         cp = Chokepoint(
             self.ledger, dataset_id=self.dataset_id, release_id=rid, request_sha256=request_sha,
-            sampler=self.sampler, limit=self.limit,
+            sampler=self.sampler, limit=self.limit, unit=unit_of(privacy),
         )
         cp.check(events)  # over budget → raises here, before any Spark work
         fault_point("after_check")

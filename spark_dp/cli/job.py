@@ -12,7 +12,8 @@ from contextlib import contextmanager
 
 from spark_dp.cli.config import LARGE_EPSILON, JobConfig
 from spark_dp.release import Release, write_release_table
-from spark_dp.session import DPSession
+from spark_dp.privacy.ledger import UnitDeclaration
+from spark_dp.session import DPSession, unit_of
 
 log = logging.getLogger("spark_dp")
 
@@ -20,6 +21,14 @@ log = logging.getLogger("spark_dp")
 def plan_events(config: JobConfig) -> list:
     """The privacy events the job will charge, computed from the config alone."""
     return config.spec.plan(config)
+
+
+def config_unit(config: JobConfig) -> UnitDeclaration:
+    """The privacy unit the job's release will protect (checked against the ledger before Spark starts)."""
+    m = (config.dataset.extra.get("max_items_per_unit", 1) if config.task == "count_sketch"
+         else config.dataset.max_rows_per_unit)
+    return unit_of({"neighbors": config.privacy.neighbors, "privacy_unit": config.dataset.privacy_unit,
+                    "max_rows_per_unit": m})
 
 
 def session_for(config: JobConfig) -> DPSession:
@@ -53,7 +62,7 @@ def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
         release = session.stored_release(config.release_id, config_sha256=config.sha256)
     if release is None:
         # Over budget → fail here, before Spark starts (the release path checks again).
-        session.ledger.check(config.dataset.id, plan_events(config), session.limit)
+        session.ledger.check(config.dataset.id, plan_events(config), session.limit, unit=config_unit(config))
         if spark is None and config.spec.needs_spark:
             spark = get_spark(f"spark-dp {config.task}")
         log.info("release %s: task %s (%s) on dataset %s", config.release_id or "(new id)", config.task,

@@ -23,7 +23,7 @@ import numpy as np
 
 from spark_dp.privacy.accountant import Budget
 from spark_dp.privacy.events import Event, GaussianEvent, LaplaceEvent
-from spark_dp.privacy.ledger import Charge, Ledger
+from spark_dp.privacy.ledger import Charge, Ledger, UnitDeclaration
 from spark_dp.privacy.noise import NoiseSampler
 
 
@@ -43,8 +43,11 @@ class Chokepoint:
         request_sha256: str,
         sampler: NoiseSampler,
         limit: Budget | None = None,
+        unit: UnitDeclaration | None = None,
     ) -> None:
+        """``unit``: what the release protects; checked against (or declaring) the dataset's unit."""
         self.ledger = ledger
+        self.unit = unit
         self.dataset_id = dataset_id
         self.release_id = release_id
         self.request_sha256 = request_sha256
@@ -55,7 +58,7 @@ class Chokepoint:
 
     def check(self, events: Sequence[Event]) -> float:
         """Dry run: raises BudgetExceededError if the events do not fit."""
-        return self.ledger.check(self.dataset_id, events, self.limit)
+        return self.ledger.check(self.dataset_id, events, self.limit, unit=self.unit)
 
     def charge(self, events: Sequence[Event], budget: Budget) -> Charge:
         """Records the release's events durably; afterwards noise may be drawn."""
@@ -68,6 +71,7 @@ class Chokepoint:
             events=events,
             budget=budget,
             limit=self.limit,
+            unit=self.unit,
         )
         self._pending = list(events)
         return self.charge_record

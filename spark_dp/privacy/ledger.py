@@ -22,6 +22,14 @@ Guarantees, relied on by the chokepoint:
   earlier charge and either returns the stored release or reports that the
   charge stands without a release.
 
+* **One privacy unit per dataset.** The first charge on a dataset fixes its
+  privacy unit (a column, ``row``, or ``tensor_entry``), per-unit bound m and
+  neighbour relation (:class:`UnitDeclaration`); a later charge or dry run
+  whose release protects a different unit or relation is refused before any
+  Spark work (:meth:`UnitDeclaration.covers` says exactly which releases are
+  accepted and why). Ledgers of schema 1 gain the three columns on first open;
+  their datasets are declared by their next charge.
+
 Composition of a dataset's charges is exact for Gaussian events and uses
 PLD otherwise (:mod:`spark_dp.privacy.accountant`); ε is reported at the
 dataset's ``delta_limit``.
@@ -43,7 +51,10 @@ from spark_dp.errors import BudgetExceededError, ConfigError, LedgerError, Relea
 from spark_dp.privacy.accountant import Budget, compose_epsilon
 from spark_dp.privacy.events import Event, events_from_json, events_to_json
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Schema 2 adds the dataset's privacy unit (issue #12); a schema-1 ledger is
+# migrated in place on first open (existing rows keep working).
+_UNIT_COLUMNS = (("privacy_unit", "TEXT"), ("max_per_unit", "INTEGER"), ("neighbors", "TEXT"))
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -51,7 +62,10 @@ CREATE TABLE IF NOT EXISTS datasets (
     dataset_id    TEXT PRIMARY KEY,
     epsilon_limit DOUBLE PRECISION NOT NULL,
     delta_limit   DOUBLE PRECISION NOT NULL,
-    created_at    TEXT NOT NULL
+    created_at    TEXT NOT NULL,
+    privacy_unit  TEXT,
+    max_per_unit  INTEGER,
+    neighbors     TEXT
 );
 CREATE TABLE IF NOT EXISTS charges (
     seq            {serial},
@@ -91,6 +105,61 @@ def _limit_mismatch(dataset_id: str, stored: Budget, limit: Budget) -> ConfigErr
 
 
 @dataclass(frozen=True, slots=True)
+class UnitDeclaration:
+    """What one release protects: its privacy unit, per-unit bound m and neighbour relation.
+
+    ``unit`` is the ``privacy_unit`` column, ``row`` (no unit column: each
+    row is a unit), or ``tensor_entry`` (an explicit tensor, Wang &
+    Anandkumar's Def. 4.2). ``neighbors`` is ``add_remove``, ``replace`` or
+    ``tensor_entry``.
+    """
+
+    unit: str
+    max_per_unit: int
+    neighbors: str
+
+    def covers(self, release: UnitDeclaration) -> bool:
+        """Whether a release with ``release``'s unit composes with this dataset's declared one.
+
+        Accepted exactly when the unit and the neighbour relation are the
+        same; m may differ. Why: the ledger composes each release's events as
+        a guarantee about ONE neighbouring pair (D, D') of the dataset's
+        relation. Every mechanism bounds its sensitivity for the m it was run
+        with by contribution bounding (at most m rows of a unit are kept,
+        whatever the unit holds), so a release at unit ``u`` with any m is
+        (ε_i, δ_i)-DP for adding/removing (or replacing) one whole unit
+        ``u`` — the same pair for every release — and the events compose.
+        Refused:
+
+        * another unit column, or ``row`` vs a column: a row-level release
+          protects a unit of many rows only by group privacy over its
+          (unbounded) number of rows; a unit-level release does not bound
+          what one row changes under the row relation either (removing one
+          row may swap which rows of its unit are kept).
+        * another relation: add/remove and replace events are calibrated to
+          different pairs (D, D'), and an add/remove guarantee gives replace
+          only by group privacy of size 2 (and replace-one gives no
+          add/remove guarantee: it assumes n public).
+        """
+        return self.unit == release.unit and self.neighbors == release.neighbors
+
+    def describe(self) -> str:
+        return f"unit {self.unit!r}, at most {self.max_per_unit} rows per unit, neighbours {self.neighbors!r}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"privacy_unit": self.unit, "max_per_unit": self.max_per_unit, "neighbors": self.neighbors}
+
+
+def _unit_mismatch(dataset_id: str, declared: UnitDeclaration, release: UnitDeclaration) -> ConfigError:
+    return ConfigError(
+        f"Dataset {dataset_id!r} was declared in the ledger by its first release with {declared.describe()}; "
+        f"this release has {release.describe()}. Its guarantee would not compose with the dataset's "
+        "(different privacy unit or neighbour relation): use the dataset's privacy unit and neighbours, "
+        "or a separate dataset id (with its own budget) for the other unit."
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Charge:
     """One ledger row: what a release cost and whether it was written."""
 
@@ -114,6 +183,7 @@ class DatasetStatus:
     limit: Budget
     spent_epsilon: float
     releases: int
+    unit: UnitDeclaration | None = None  # None: not declared yet (no charge since schema 2)
 
     @property
     def remaining_epsilon(self) -> float:
@@ -166,6 +236,18 @@ class Ledger:
                 con.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) > SCHEMA_VERSION:
                 raise LedgerError(f"ledger {self.path} has schema {row[0]}, newer than this spark-dp ({SCHEMA_VERSION})")
+            elif int(row[0]) < 2:
+                # Schema 1 → 2: the dataset's privacy unit. Under the schema
+                # transaction's lock, so concurrent openers migrate once.
+                have = self._columns(con, "datasets")
+                for name, sqltype in _UNIT_COLUMNS:
+                    if name not in have:
+                        con.execute(f"ALTER TABLE datasets ADD COLUMN {name} {sqltype}")
+                con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+    def _columns(self, con: _Connection, table: str) -> set[str]:
+        """The column names of ``table``."""
+        raise NotImplementedError
 
     # -- connections (backend) -------------------------------------------
     def _connect(self) -> _Connection:
@@ -224,7 +306,7 @@ class Ledger:
                     "and 'ledger.delta_limit' to register it."
                 )
             con.execute(
-                "INSERT INTO datasets VALUES (?, ?, ?, ?)",
+                "INSERT INTO datasets (dataset_id, epsilon_limit, delta_limit, created_at) VALUES (?, ?, ?, ?)",
                 (dataset_id, limit.epsilon, limit.delta, _now()),
             )
             con.execute(
@@ -241,7 +323,8 @@ class Ledger:
         """Sets a dataset's limit explicitly (recorded in ``limit_changes``)."""
         with self._transaction(dataset_id) as con:
             con.execute(
-                "INSERT INTO datasets VALUES (?, ?, ?, ?) ON CONFLICT(dataset_id) DO UPDATE SET "
+                "INSERT INTO datasets (dataset_id, epsilon_limit, delta_limit, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(dataset_id) DO UPDATE SET "
                 "epsilon_limit = excluded.epsilon_limit, delta_limit = excluded.delta_limit",
                 (dataset_id, limit.epsilon, limit.delta, _now()),
             )
@@ -249,6 +332,28 @@ class Ledger:
                 "INSERT INTO limit_changes (dataset_id, epsilon_limit, delta_limit, changed_at) VALUES (?, ?, ?, ?)",
                 (dataset_id, limit.epsilon, limit.delta, _now()),
             )
+
+    # -- privacy units ---------------------------------------------------
+    @staticmethod
+    def _declared_unit(con: _Connection, dataset_id: str) -> UnitDeclaration | None:
+        row = con.execute(
+            "SELECT privacy_unit, max_per_unit, neighbors FROM datasets WHERE dataset_id = ?", (dataset_id,)
+        ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        return UnitDeclaration(str(row[0]), int(row[1]), str(row[2]))
+
+    def _check_unit(self, con: _Connection, dataset_id: str, unit: UnitDeclaration | None) -> None:
+        if unit is None:
+            return
+        declared = self._declared_unit(con, dataset_id)
+        if declared is not None and not declared.covers(unit):
+            raise _unit_mismatch(dataset_id, declared, unit)
+
+    def declared_unit(self, dataset_id: str) -> UnitDeclaration | None:
+        """The privacy unit the dataset's first release declared (None before it)."""
+        with self._reading() as con:
+            return self._declared_unit(con, dataset_id)
 
     # -- charges -------------------------------------------------------
     def _events_of(self, con: _Connection, dataset_id: str) -> list[Event]:
@@ -280,9 +385,12 @@ class Ledger:
             location=row[8],
         )
 
-    def check(self, dataset_id: str, events: Sequence[Event], limit: Budget | None = None) -> float:
+    def check(self, dataset_id: str, events: Sequence[Event], limit: Budget | None = None,
+              unit: UnitDeclaration | None = None) -> float:
         """Dry run: the dataset's ε after these events; raises if over the limit.
 
+        With ``unit``, also raises ConfigError if the dataset's declared
+        privacy unit does not cover it (:meth:`UnitDeclaration.covers`).
         Registers nothing and charges nothing (a read-only transaction).
         """
         with self._reading() as con:
@@ -299,6 +407,7 @@ class Ledger:
                 raise _limit_mismatch(dataset_id, stored, limit)
             effective = stored or limit
             assert effective is not None
+            self._check_unit(con, dataset_id, unit)
             return self._check(self._events_of(con, dataset_id), events, dataset_id, effective)
 
     @staticmethod
@@ -321,17 +430,28 @@ class Ledger:
         events: Sequence[Event],
         budget: Budget,
         limit: Budget | None = None,
+        unit: UnitDeclaration | None = None,
     ) -> Charge:
-        """Atomically checks the limit and appends the charge. Durable on return."""
+        """Atomically checks the limit (and ``unit``) and appends the charge. Durable on return.
+
+        The first charge with a ``unit`` on a dataset declares it (in the
+        same transaction); later ones must be covered by it.
+        """
         if not events:
             raise ValueError("a charge needs at least one event")
         with self._transaction(dataset_id) as con:
             lim = self._ensure_dataset(con, dataset_id, limit)
+            self._check_unit(con, dataset_id, unit)
             if con.execute("SELECT 1 FROM charges WHERE release_id = ?", (release_id,)).fetchone():
                 raise ReleaseConflictError(
                     f"Release id {release_id!r} was charged already; it cannot be charged twice."
                 )
             self._check(self._events_of(con, dataset_id), events, dataset_id, lim)
+            if unit is not None and self._declared_unit(con, dataset_id) is None:
+                con.execute(
+                    "UPDATE datasets SET privacy_unit = ?, max_per_unit = ?, neighbors = ? WHERE dataset_id = ?",
+                    (unit.unit, unit.max_per_unit, unit.neighbors, dataset_id),
+                )
             created = _now()
             seq = con.execute(
                 "INSERT INTO charges (release_id, dataset_id, request_sha256, events, epsilon, delta, created_at) "
@@ -356,7 +476,8 @@ class Ledger:
             for ds, e, d in rows:
                 events = self._events_of(con, ds)
                 n = con.execute("SELECT COUNT(*) FROM charges WHERE dataset_id = ?", (ds,)).fetchone()[0]
-                out.append(DatasetStatus(ds, Budget(e, d), compose_epsilon(events, d), int(n)))
+                out.append(DatasetStatus(ds, Budget(e, d), compose_epsilon(events, d), int(n),
+                                         self._declared_unit(con, ds)))
             return out
 
     def charges(self, dataset_id: str) -> list[Charge]:
@@ -368,7 +489,9 @@ class Ledger:
     def to_json(self, dataset_id: str | None = None) -> str:
         return json.dumps([
             {"dataset_id": s.dataset_id, "epsilon_limit": s.limit.epsilon, "delta_limit": s.limit.delta,
-             "epsilon_spent": s.spent_epsilon, "epsilon_remaining": s.remaining_epsilon, "releases": s.releases}
+             "epsilon_spent": s.spent_epsilon, "epsilon_remaining": s.remaining_epsilon, "releases": s.releases,
+             "privacy_unit": s.unit.unit if s.unit else None, "max_per_unit": s.unit.max_per_unit if s.unit else None,
+             "neighbors": s.unit.neighbors if s.unit else None}
             for s in self.status(dataset_id)
         ], indent=2)
 
@@ -390,6 +513,9 @@ class SQLiteLedger(Ledger):
         os.makedirs(parent, exist_ok=True)
         self._timeout = timeout
         self._init_schema()
+
+    def _columns(self, con: _Connection, table: str) -> set[str]:
+        return {r[1] for r in con.execute(f"PRAGMA table_info({table})").fetchall()}
 
     def _connect(self) -> _Connection:
         try:
@@ -435,6 +561,11 @@ class PostgresLedger(Ledger):
             raise LedgerError(f"cannot open ledger {self.path}: {str(exc).strip().splitlines()[0]}") from None
         raw.execute("SET synchronous_commit = on")
         return _Connection(raw, "%s")
+
+    def _columns(self, con: _Connection, table: str) -> set[str]:
+        return {r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+            "AND table_schema = current_schema()", (table,)).fetchall()}
 
     def _lock(self, con: _Connection, dataset_id: str | None) -> None:
         if dataset_id is None:
