@@ -97,6 +97,7 @@ def _tensor(tmp_path, arr):
 
 TENSOR = "tensor_private_power_method.yaml"
 ROWS = "tensor_private_rows.yaml"
+ONLINE = "tensor_online_power_method.yaml"
 BAD = [
     ("k_above_d_tensor", TENSOR, {"params": {"k": 21}}, "'params.k'"),
     ("k_above_d_rows", ROWS, {"params": {"k": 9}}, "'params.k'"),
@@ -122,6 +123,16 @@ BAD = [
     ("mode_on_tensor", TENSOR, {"params": {"k": 1, "mode": "reuse"}}, "'params.mode'"),
     ("rows_per_round_on_tensor", TENSOR, {"params": {"k": 1, "rows_per_round": 10}}, "'params.rows_per_round'"),
     ("entry_scale_on_rows", ROWS, {"privacy.entry_scale": 2.0}, "'privacy.entry_scale'"),
+    # non-private mechanisms on rows need the explicit opt-in, and never on a budgeted dataset (issue #12)
+    ("online_rows_without_opt_in", ROWS, {"mechanism": "online_power_method"}, "privacy.mode: none"),
+    ("mode_none_with_private_mechanism", ROWS, {"privacy.mode": "none", "privacy.epsilon": None, "privacy.delta": None,
+                                                "ledger.epsilon_limit": None, "ledger.delta_limit": None},
+     "'privacy.mode'"),
+    ("mode_none_with_budget", ONLINE, {"ledger.epsilon_limit": 10.0, "ledger.delta_limit": 1e-5},
+     "'ledger.epsilon_limit'"),
+    ("mode_none_with_epsilon", ONLINE, {"privacy.epsilon": 1.0}, "'privacy.epsilon'"),
+    ("mode_none_on_second_moment", "second_moment_analyze_gauss.yaml", {"privacy.mode": "none"}, "'privacy.mode'"),
+    ("bad_privacy_mode", ONLINE, {"privacy.mode": "off"}, "'privacy.mode'"),
     ("bad_entry_scale", TENSOR, {"privacy.entry_scale": 0}, "'privacy.entry_scale'"),
 ]
 

@@ -85,9 +85,12 @@ def test_api_online_fresh_and_private_rows(spark, tmp_path, ledger_uri):
     df = frame_of(spark, X)
     session = spark_dp.DPSession("t.rows", ledger=ledger_uri, epsilon_limit=100.0, delta_limit=1e-5,
                                  output=str(tmp_path / "out"), sampler=SeededSampler(np.random.default_rng(5)))
-    rel = tensor_decomposition(session, df, k=1, mechanism="online_power_method", columns=COLS, norm_bound=2.0,
-                               restarts=3, iterations=5, mode="fresh", rng=np.random.default_rng(6))
-    assert rel.privacy["private"] is False and session.budget() is None  # nothing charged
+    public = spark_dp.DPSession("t.rows.public", ledger=ledger_uri, output=str(tmp_path / "out"),
+                                sampler=SeededSampler(np.random.default_rng(5)))
+    rel = tensor_decomposition(public, df, k=1, mechanism="online_power_method", columns=COLS, norm_bound=2.0,
+                               restarts=3, iterations=5, mode="fresh", rng=np.random.default_rng(6), private=False)
+    assert rel.privacy["private"] is False and public.budget() is None  # nothing charged
+    assert rel.release_id.startswith("nonprivate-")
     idx, err = match(rel["eigenvectors"], V)
     # every fresh chunk's moment is exactly rank 3 with the same components
     assert err.min() < 1e-6

@@ -259,13 +259,15 @@ def test_decomposition_over_parquet_equals_the_dataframe_path(spark, tmp_path, m
     cols = [f"x{j}" for j in range(D)]
     out = {}
     for name, sources in (("frame", None), ("parquet", [path])):
-        session = spark_dp.DPSession("t.pq", ledger=f"sqlite:///{tmp_path}/{name}.db", epsilon_limit=100.0,
-                                     delta_limit=1e-3, output=str(tmp_path / name), sampler=SeededSampler(np.random.default_rng(5)))
+        public = mechanism == "online_power_method"  # not private: no budget, explicit opt-in
+        session = spark_dp.DPSession("t.pq", ledger=f"sqlite:///{tmp_path}/{name}.db",
+                                     epsilon_limit=None if public else 100.0, delta_limit=None if public else 1e-3,
+                                     output=str(tmp_path / name), sampler=SeededSampler(np.random.default_rng(5)))
         rel = tensor_decomposition(
             session, spark.read.parquet(path), k=2, mechanism=mechanism, columns=cols, norm_bound=1.0,
-            epsilon=50.0 if mechanism != "online_power_method" else None, delta=1e-4, mode="reuse",
+            epsilon=None if public else 50.0, delta=1e-4, mode="reuse",
             restarts=3, iterations=4, whiten=whiten, rng=np.random.default_rng(11), source_paths=sources,
-            clear_worker_cache=name == "parquet")
+            clear_worker_cache=name == "parquet", private=False if public else None)
         out[name] = rel
     a, b = out["frame"].arrays, out["parquet"].arrays
     assert a.keys() == b.keys()
@@ -275,15 +277,14 @@ def test_decomposition_over_parquet_equals_the_dataframe_path(spark, tmp_path, m
 
 
 def test_bad_cache_options_fail_before_anything(spark, tmp_path):
-    session = spark_dp.DPSession("t.pq", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=10.0, delta_limit=1e-3,
-                                 output=str(tmp_path / "out"))
+    session = spark_dp.DPSession("t.pq", ledger=f"sqlite:///{tmp_path}/l.db", output=str(tmp_path / "out"))
     df = spark.createDataFrame([(1.0, 2.0)], ["a", "b"])
     with pytest.raises(ConfigError, match="worker_cache_bytes"):
         tensor_decomposition(session, df, k=1, mechanism="online_power_method", columns=["a", "b"], norm_bound=1.0,
-                             mode="reuse", worker_cache_bytes=-5, source_paths=["/x"])
+                             mode="reuse", worker_cache_bytes=-5, source_paths=["/x"], private=False)
     with pytest.raises(ConfigError, match="source_paths"):
         tensor_decomposition(session, df, k=1, mechanism="online_power_method", columns=["a", "b"], norm_bound=1.0,
-                             mode="reuse", source_paths="/x")
+                             mode="reuse", source_paths="/x", private=False)
     assert not os.path.exists(tmp_path / "out") or not os.listdir(tmp_path / "out")
 
 

@@ -56,8 +56,11 @@ def test_api_whitened_rows_exact_and_private(spark, tmp_path, ledger_uri):
     cols = [f"x{i}" for i in range(D)]
     session = spark_dp.DPSession("t.mix", ledger=ledger_uri, epsilon_limit=200.0, delta_limit=1e-5,
                                  output=str(tmp_path / "out"), sampler=SeededSampler(np.random.default_rng(5)))
-    rel = tensor_decomposition(session, df, k=K, mechanism="online_power_method", columns=cols, norm_bound=2.0,
-                               restarts=4, iterations=8, mode="reuse", whiten=True, rng=np.random.default_rng(6))
+    public = spark_dp.DPSession("t.mix.public", ledger=ledger_uri, output=str(tmp_path / "out"),
+                                sampler=SeededSampler(np.random.default_rng(5)))
+    rel = tensor_decomposition(public, df, k=K, mechanism="online_power_method", columns=cols, norm_bound=2.0,
+                               restarts=4, iterations=8, mode="reuse", whiten=True, rng=np.random.default_rng(6),
+                               private=False)
     idx, err = match(rel["eigenvectors"], A)
     assert sorted(idx) == list(range(K)) and err.max() < 1e-6
     assert rel["components"].shape == (K, D) and rel["weights"].shape == (K,)

@@ -25,7 +25,10 @@ OWNER = "the config"
 TOP_KEYS = ("release_id", "dataset", "task", "mechanism", "privacy", "params", "ledger", "output")
 REQUIRED_TOP = ("dataset", "task", "mechanism", "privacy", "ledger", "output")
 DATASET_KEYS = ("id", "path", "table", "where", "format", "columns", "dimension", "privacy_unit", "max_rows_per_unit", "nonfinite", "options")
-PRIVACY_KEYS = ("epsilon", "delta", "norm_bound", "neighbors", "sampler")
+PRIVACY_KEYS = ("epsilon", "delta", "norm_bound", "neighbors", "sampler", "mode")
+# privacy.mode: "dp" (default) or "none" — the explicit opt-in for a non-private
+# mechanism on the dataset's rows (tensor online_power_method); see tensor.api.
+PRIVACY_MODES = ("dp", "none")
 LEDGER_KEYS = ("uri", "epsilon_limit", "delta_limit")
 OUTPUT_KEYS = ("path", "format", "table")
 TABLE_FORMATS = ("parquet", "delta")
@@ -104,12 +107,13 @@ def _dataset_source(ds: dict, spec) -> tuple[str, str, dict]:
 
 @dataclass(frozen=True)
 class PrivacyConfig:
-    epsilon: float
-    delta: float
+    epsilon: float | None  # None only with mode "none"
+    delta: float | None
     norm_bound: float | None
     neighbors: str = "add_remove"
     sampler: str = "secure"
     extra: dict = field(default_factory=dict)  # task-specific keys (TaskSpec.privacy_keys)
+    mode: str = "dp"
 
 
 @dataclass(frozen=True)
@@ -189,11 +193,26 @@ class JobConfig:
             extra={k: check(f"dataset.{k}", ds[k]) for k, check in spec.dataset_keys.items() if ds.get(k) is not None},
         )
 
+        pmode = V.check_option("privacy.mode", (raw.get("privacy") or {}).get("mode", "dp")
+                               if isinstance(raw.get("privacy"), dict) else "dp", PRIVACY_MODES, owner=OWNER)
         required = ("epsilon", "delta", "norm_bound") if spec.requires_norm_bound else ("epsilon", "delta")
+        if pmode == "none":
+            required = ()
         pv = _section(raw, "privacy", PRIVACY_KEYS + tuple(spec.privacy_keys), required)
+        if pmode == "none":
+            if task != "tensor_decomposition":
+                raise ConfigError(f"The 'privacy.mode' parameter may be 'none' only for task 'tensor_decomposition' "
+                                  f"(its non-private mechanisms). Got 'none' for task {task!r}.")
+            for key in ("epsilon", "delta"):
+                if pv.get(key) is not None:
+                    raise ConfigError(f"The 'privacy.{key}' parameter has no meaning with 'privacy.mode: none' "
+                                      "(nothing is private or charged); remove it.")
         privacy = PrivacyConfig(
-            epsilon=V.check_real("privacy.epsilon", pv["epsilon"], owner=OWNER, low=0, low_open=True),
-            delta=V.check_real("privacy.delta", pv["delta"], owner=OWNER, low=0, high=1, low_open=True, high_open=True),
+            epsilon=None if pmode == "none" else V.check_real("privacy.epsilon", pv["epsilon"], owner=OWNER, low=0,
+                                                              low_open=True),
+            delta=None if pmode == "none" else V.check_real("privacy.delta", pv["delta"], owner=OWNER, low=0, high=1,
+                                                            low_open=True, high_open=True),
+            mode=pmode,
             norm_bound=None if pv.get("norm_bound") is None else V.check_real(
                 "privacy.norm_bound", pv["norm_bound"], owner=OWNER, low=0, low_open=True),
             neighbors=V.check_option("privacy.neighbors", pv.get("neighbors", "add_remove"), spec.neighbors, owner=OWNER),
@@ -221,6 +240,9 @@ class JobConfig:
             delta_limit=None if lg.get("delta_limit") is None else V.check_real(
                 "ledger.delta_limit", lg["delta_limit"], owner=OWNER, low=0, high=1, low_open=True, high_open=True),
         )
+        if privacy.mode == "none" and ledger.epsilon_limit is not None:
+            raise ConfigError("The 'ledger.epsilon_limit' parameter must not be given with 'privacy.mode: none': a "
+                              "dataset with a privacy budget never gets non-private releases.")
         if "://" in ledger.uri and ledger.uri.split("://")[0] not in ("sqlite", "postgresql", "postgres"):
             raise ConfigError(
                 f"The 'ledger.uri' parameter must be a sqlite:/// or postgresql:// URI, or a file path. Got {ledger.uri!r} instead."

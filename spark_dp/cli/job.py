@@ -50,7 +50,7 @@ def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
     the task's run function (e.g. ``seeds=`` for count_sketch, used by plans
     to merge sketches).
     """
-    if config.privacy.epsilon > LARGE_EPSILON:
+    if config.privacy.epsilon is not None and config.privacy.epsilon > LARGE_EPSILON:
         warnings.warn(
             f"privacy.epsilon = {config.privacy.epsilon:g} is large (> {LARGE_EPSILON:g}): the release protects little.",
             stacklevel=2,
@@ -62,7 +62,8 @@ def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
         release = session.stored_release(config.release_id, config_sha256=config.sha256)
     if release is None:
         # Over budget → fail here, before Spark starts (the release path checks again).
-        session.ledger.check(config.dataset.id, plan_events(config), session.limit, unit=config_unit(config))
+        if config.privacy.mode != "none":  # a non-private run charges nothing (the API refuses budgeted datasets)
+            session.ledger.check(config.dataset.id, plan_events(config), session.limit, unit=config_unit(config))
         if spark is None and config.spec.needs_spark:
             spark = get_spark(f"spark-dp {config.task}")
         log.info("release %s: task %s (%s) on dataset %s", config.release_id or "(new id)", config.task,

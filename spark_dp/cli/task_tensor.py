@@ -90,6 +90,10 @@ def _check(config) -> None:
     else:
         if mech in EXPLICIT_ONLY:
             raise ConfigError(f"The 'mechanism' {mech!r} needs an explicit tensor ('dataset.format: tensor').")
+        if mech not in PRIVATE and config.privacy.mode != "none":
+            raise ConfigError(f"The 'mechanism' {mech!r} is NOT differentially private: on the dataset's rows it "
+                              "releases exact results. Set 'privacy.mode: none' to run it on public data (no budget, "
+                              "written under <output.path>/nonprivate/), or use 'private_power_method'.")
         if config.privacy.neighbors == "tensor_entry":
             raise ConfigError("The 'privacy.neighbors' parameter must be 'add_remove' or 'replace' for rows. Got 'tensor_entry' instead.")
         if "entry_scale" in config.privacy.extra:
@@ -98,6 +102,10 @@ def _check(config) -> None:
         if config.privacy.norm_bound is None:
             raise ConfigError("Missing required key 'privacy.norm_bound' in the config (rows are clipped to it).")
         d = config.dataset.dimension or len(config.dataset.columns)
+    if config.privacy.mode == "none" and (mech in PRIVATE or _explicit(config)):
+        raise ConfigError("The 'privacy.mode' parameter may be 'none' only for a non-private mechanism on rows "
+                          f"(online_power_method). Got mechanism {mech!r}"
+                          + (" on an explicit tensor." if _explicit(config) else "."))
     if k > d:
         raise ConfigError(f"The 'params.k' parameter of {OWNER} must be an int in the range [1, {d}] "
                           f"(at most the dimension d = {d}). Got {k} instead.")
@@ -149,7 +157,8 @@ def _run(session, config, spark):
         # and keep the prepared rows in the Python workers (same results).
         source_paths=[config.dataset.path] if (config.dataset.format == "parquet" and config.dataset.path
                                                and not config.dataset.options) else None,
-        worker_cache_bytes=_p(config, "worker_cache_bytes"), **kw,
+        worker_cache_bytes=_p(config, "worker_cache_bytes"),
+        private=False if config.privacy.mode == "none" else None, **kw,
     )
 
 

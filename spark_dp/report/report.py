@@ -61,6 +61,8 @@ def privacy_summary(release: Release) -> dict:
     keys = ("epsilon", "delta", "neighbors", "sensitivity", "noise", "noise_sigma", "noise_scale", "sampler",
             "private", "ledger_entry", "dataset_limit", "norm_bound", "composition")
     out = {k: p[k] for k in keys if k in p}
+    if p.get("private") is False and p.get("note"):
+        out["warning"] = p["note"]
     out["mechanism"] = release.manifest.get("mechanism")
     out["dataset_id"] = release.manifest.get("dataset_id")
     if "merged_from" in release.manifest:
@@ -257,13 +259,19 @@ def write_report(release: Release | str, *, out: str | None = None) -> Report:
     pngs, sections = _plots(rel, stem)
     priv = privacy_summary(rel)
     m = rel.manifest
-    head = [f"# Release {rel.release_id}", "",
+    not_private = not priv.get("private", True)
+    exact = not_private and rel.privacy.get("epsilon") is None  # a non-private mechanism, not a test sampler
+    warning = ("**NOT DIFFERENTIALLY PRIVATE.** This release holds exact results computed from the data by a "
+               f"non-private mechanism ({m.get('mechanism')}); nothing was charged and it protects no one. "
+               "Do not publish it as a private release." if exact else
+               "**Not private**: made with a seeded sampler (tests only).")
+    head = ([f"> {warning}", ""] if not_private else []) + [f"# Release {rel.release_id}", "",
             f"Task **{m.get('task')}**, mechanism **{m.get('mechanism')}**, dataset `{m.get('dataset_id')}`, "
             f"created {m.get('created_at')}, spark-dp {m.get('library_version')}.", "",
             "## Privacy spent", "", "| | |", "|---|---|"]
     head += [f"| {k} | {_fmt(v)} |" for k, v in priv.items()]
-    if not priv.get("private", True):
-        head += ["", "**Not private**: made with a seeded sampler (tests only)."]
+    if not_private:
+        head += ["", warning]
     body = ["", "## Payload", "", "| array | shape |", "|---|---|"]
     body += [f"| {n} | {tuple(np.shape(a))} |" for n, a in sorted(rel.arrays.items())]
     body += ["", "## Plots", ""]

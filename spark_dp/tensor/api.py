@@ -16,7 +16,13 @@ Private mechanisms go through :meth:`DPSession.run_release` (all events
 planned from public parameters and charged once; every draw through the
 chokepoint). The non-private mechanisms are for public data and testing: they
 charge nothing, are written with ``"private": false`` in the manifest and log
-a warning.
+a warning. On rows (the session's dataset) a non-private mechanism releases
+exact results computed from the data, so it needs the explicit opt-in
+``private=False`` (configs: ``privacy: {mode: none}``), is refused on a
+dataset that has a privacy budget (in the ledger or the session), and is
+written under ``<output>/nonprivate/`` with a release id starting
+``nonprivate-``, so no reader can take it for a private release. Alg. 1 on
+an explicit (public) tensor needs no opt-in.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ EXPLICIT_ONLY = ("power_method", "input_perturbation")
 ROWS_ONLY = ("online_power_method",)
 PRIVATE = ("private_power_method", "input_perturbation")
 OWNER = "tensor_decomposition"
+NONPRIVATE_PREFIX = "nonprivate-"
+NONPRIVATE_DIR = "nonprivate"
 
 
 def load_tensor(path: str) -> np.ndarray:
@@ -101,6 +109,7 @@ def tensor_decomposition(
     source_paths: list[str] | None = None,
     worker_cache_bytes: int | None = None,
     clear_worker_cache: bool = False,
+    private: bool | None = None,
 ) -> Release:
     """Releases the first k eigenpairs of a symmetric third-order tensor (Wang & Anandkumar 2016).
 
@@ -153,6 +162,11 @@ def tensor_decomposition(
         clear_worker_cache: after the decomposition, drop its rows from the
             caches (best effort) instead of leaving them to the cap, Spark's
             idle-worker timeout and the application's end.
+        private: must be ``False`` — exactly — to run a non-private
+            mechanism (``online_power_method``) on rows: it releases exact
+            results computed from the data. Refused when the dataset has a
+            privacy budget; written under ``<output>/nonprivate/`` with a
+            ``nonprivate-`` release id. Leave None otherwise.
 
     Returns:
         A :class:`Release` with arrays ``eigenvalues`` (k,) and
@@ -172,6 +186,16 @@ def tensor_decomposition(
         raise ConfigError(f"The 'mechanism' {mechanism!r} of {OWNER} needs rows (a DataFrame), not an explicit tensor.")
     if not explicit and mechanism in EXPLICIT_ONLY:
         raise ConfigError(f"The 'mechanism' {mechanism!r} of {OWNER} needs an explicit tensor, not rows.")
+    if private is not None and not isinstance(private, bool):
+        raise ConfigError(f"The 'private' parameter of {OWNER} must be a bool or None. Got {private!r} instead.")
+    if private is False and mechanism in PRIVATE:
+        raise ConfigError(f"The 'private' parameter of {OWNER} is False but mechanism {mechanism!r} is private; "
+                          "leave 'private' unset.")
+    if private is False and explicit:
+        raise ConfigError(f"The 'private' parameter of {OWNER} applies to rows (a DataFrame) only: Alg. 1 on an "
+                          "explicit (public) tensor needs no opt-in.")
+    if not explicit and mechanism not in PRIVATE:
+        _check_nonprivate_opt_in(session, mechanism, private)
     private = mechanism in PRIVATE
     if private:
         epsilon = V.check_real("epsilon", epsilon, owner=OWNER, low=0, low_open=True)
@@ -434,8 +458,28 @@ def _private_release(session, plan, release_id, request, extra, mechanism, compu
     )
 
 
+def _check_nonprivate_opt_in(session: DPSession, mechanism: str, private: bool | None) -> None:
+    """Exact results from the session's data need ``private=False`` and a dataset without a budget."""
+    if private is not False:
+        raise ConfigError(
+            f"The 'mechanism' {mechanism!r} of {OWNER} is NOT differentially private: on rows it releases exact "
+            "results computed from the data. Pass private=False (configs: 'privacy: {mode: none}') to run it on "
+            "public data, or use mechanism 'private_power_method'."
+        )
+    if session.limit is not None or session.ledger.status(session.dataset_id):
+        raise ConfigError(
+            f"Dataset {session.dataset_id!r} has a privacy budget (in the ledger or the session): a non-private "
+            f"mechanism ({mechanism!r}, private=False) may not release exact results from it. Use a private "
+            "mechanism, or a dataset id without a budget for public data."
+        )
+
+
 def _public_release(session, release_id, request, extra, mechanism, run, config_sha256, payload=_payload) -> Release:
-    """A non-private release (public data, tests): nothing is charged; the manifest says so."""
+    """A non-private release (public data, tests): nothing is charged; the manifest says so.
+
+    On rows (``request`` has ``columns``) the release id starts with
+    ``nonprivate-`` and the release is written under ``<output>/nonprivate/``.
+    """
     import uuid
     from datetime import UTC, datetime
 
@@ -448,8 +492,13 @@ def _public_release(session, release_id, request, extra, mechanism, run, config_
         if os.sep in release_id or release_id.startswith("."):
             raise ConfigError(f"The 'release_id' parameter must not contain {os.sep!r} or start with '.'. Got {release_id!r} instead.")
     rid = release_id or f"tensor_decomposition-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    on_rows = "columns" in request
+    root = session.output
+    if on_rows:
+        rid = rid if rid.startswith(NONPRIVATE_PREFIX) else NONPRIVATE_PREFIX + rid
+        root = os.path.join(session.output, NONPRIVATE_DIR)
     request_sha = canonical_sha256(request)
-    existing = os.path.join(session.output, rid)
+    existing = os.path.join(root, rid)
     if os.path.isfile(os.path.join(existing, "manifest.json")):
         rel = load_release(existing)
         if rel.manifest.get("request_sha256") != request_sha:
@@ -462,10 +511,13 @@ def _public_release(session, release_id, request, extra, mechanism, run, config_
     manifest = {
         "schema_version": MANIFEST_SCHEMA_VERSION, "release_id": rid, "dataset_id": session.dataset_id,
         "task": "tensor_decomposition", "mechanism": mechanism, **extra,
-        "privacy": {"private": False, "epsilon": None, "delta": None, "note": "not differentially private; nothing charged"},
+        "privacy": {"private": False, "epsilon": None, "delta": None,
+                    "note": ("NOT DIFFERENTIALLY PRIVATE: exact results computed from the rows of the dataset "
+                             "(explicit opt-in private=False); nothing charged" if on_rows else
+                             "not differentially private (Alg. 1 on an explicit, public tensor); nothing charged")},
         "request_sha256": request_sha, "config_sha256": config_sha256,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "library_version": __version__,
     }
     release = Release(release_id=rid, arrays=arrays, manifest=manifest)
-    write_release(release, session.output)
+    write_release(release, root)
     return release
