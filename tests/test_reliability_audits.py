@@ -52,6 +52,7 @@ from scipy import stats
 
 from spark_dp.aggregates.jl import jl_block_partial
 from spark_dp.privacy import Budget, Chokepoint, NoiseSampler, NumpySampler, SecureSampler, open_ledger
+from spark_dp.second_moment.api import plan_mechanism
 from spark_dp.second_moment import (
     additive_wishart,
     adassp,
@@ -578,11 +579,11 @@ def _unit_tables(k, b, m, signed, seed=31):
     return t0, t1
 
 
-SKETCH_CASES = {  # mechanism: (k, b, m, independent scale, sensitivity)
-    "private_count_sketch": (5, 30, 2, Z1 * math.sqrt(5) * 2, math.sqrt(5) * 2),
-    "count_mean": (5, 30, 2, Z1 * math.sqrt(5) * 2, math.sqrt(5) * 2),
-    "count_min": (4, 50, 2, 4 * 2 / EPS, 4 * 2.0),  # Laplace b = Δ₁/ε, Δ₁ = k·m
-    "histogram": (1, 150, 3, Z1 * 3, 3.0),
+SKETCH_CASES = {  # mechanism: (k, b, m, independent scale, sensitivity); m = 4 rows per unit (issue #12)
+    "private_count_sketch": (5, 30, 4, Z1 * math.sqrt(5) * 4, math.sqrt(5) * 4),
+    "count_mean": (5, 30, 4, Z1 * math.sqrt(5) * 4, math.sqrt(5) * 4),
+    "count_min": (4, 50, 4, 4 * 4 / EPS, 4 * 4.0),  # Laplace b = Δ₁/ε, Δ₁ = k·m
+    "histogram": (1, 150, 4, Z1 * 4, 4.0),
 }
 
 
@@ -616,7 +617,7 @@ def sketch_black(mech):
     return black
 
 
-L_DY, K_DY, B_DY, M_DY = 4, 3, 20, 2
+L_DY, K_DY, B_DY, M_DY = 4, 3, 20, 4
 
 
 def dyadic_white(tmp, under):
@@ -638,6 +639,131 @@ def dyadic_black(tmp, under):
 
     return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp,
                               expected_sensitivity=math.sqrt(L_DY * K_DY) * M_DY)
+
+
+# ---- privacy units: m = 4 rows per unit, through the API's planning (issue #12) ------------------
+# An audit run only at m = 1 cannot see a mechanism that ignores m (AdaSSP did). These rows plan
+# through plan_mechanism / rows_plan with max_rows_per_unit = 4 — the routing the family APIs use —
+# and their neighbours differ in one unit of 4 rows in the worst direction. The scale is computed
+# here: Δ by hand for m = 4, z from dp_accounting (√K·z₁ for K composed equal releases).
+M4 = 4
+
+
+def ag_m4_white(neighbors):
+    def white(tmp, under):
+        plan = plan_mechanism("analyze_gauss", d=D_AG, epsilon=EPS, delta=DELTA, norm_bound=B, neighbors=neighbors,
+                              max_rows_per_unit=M4)
+        cp = charged(tmp, plan.events, HalvedSampler() if under else NumpySampler())
+        out = plan.noise(np.zeros((D_AG, D_AG)), cp)
+        assert not cp.unused_events
+        sens = M4 * B**2 * (math.sqrt(2) if neighbors == "replace" else 1.0)  # ‖P‖_F ≤ m·B²; replace ‖P − Q‖_F ≤ √2·m·B²
+        return chi2_variance_pvalue(out[np.triu_indices(D_AG)], Z1 * sens)
+
+    return white
+
+
+def ag_m4_black(neighbors):
+    def black(tmp, under):
+        plan = plan_mechanism("analyze_gauss", d=3, epsilon=EPS, delta=DELTA, norm_bound=B, neighbors=neighbors,
+                              max_rows_per_unit=M4)
+        base = _grams_add_row(3, np.zeros(3))[0]
+        e = np.eye(3) * B
+        unit = M4 * np.outer(e[0], e[0])  # the unit: 4 rows B·e₁
+        other = M4 * np.outer(e[1], e[1]) if neighbors == "replace" else np.zeros((3, 3))  # replaced by 4 rows B·e₂
+        grams = (base + unit, base + other)
+
+        def run(w, cp_for):
+            plan.noise(grams[w], cp_for(plan.events))
+
+        sens = M4 * B**2 * (math.sqrt(2) if neighbors == "replace" else 1.0)
+        return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, expected_sensitivity=sens)
+
+    return black
+
+
+def _unit_gram(rows):
+    """[X y]ᵀ[X y] of a base table plus the given unit rows [x₁, x₂, y]."""
+    g = np.diag([0.3, 5.0, 0.3])
+    for r in rows:
+        g = g + np.outer(r, r)
+    return g
+
+
+ADA_M4 = {  # which: (the unit's 4 rows in D, its 4 rows in D' (replace), Δ by hand = m·[B², √2·B², B²])
+    0: ([B, 0.0, 0.0], [0.0, 0.0, 0.0], M4 * B**2),  # λ_min of XᵀX moves from 4.3 to 0.3
+    1: ([B, 0.0, 0.0], [0.0, B, 0.0], math.sqrt(2) * M4 * B**2),  # XᵀX diagonal: −4B² at (1,1), +4B² at (2,2)
+    2: ([B / math.sqrt(2), 0.0, B / math.sqrt(2)], [B / math.sqrt(2), 0.0, -B / math.sqrt(2)], M4 * B**2),  # Xᵀy
+}
+
+
+def adassp_m4_white(which):
+    """AdaSSP under replace at m = 4, planned through plan_mechanism (where the per-unit bound was lost)."""
+
+    def white(tmp, under):
+        plan = plan_mechanism("adassp", d=P_ADA + 1, epsilon=EPS, delta=DELTA, norm_bound=B, neighbors="replace",
+                              max_rows_per_unit=M4)
+        rec = Recorder(HalvedSampler() if under else NumpySampler())
+        reps = {0: 200, 1: 1, 2: 3}[which]
+        cp = charged(tmp, list(plan.events) * reps, rec)
+        for _ in range(reps):
+            plan.noise(np.zeros((P_ADA + 1, P_ADA + 1)), cp)
+        assert not cp.unused_events and len(rec.noise) == 3 * reps
+        return chi2_variance_pvalue(np.concatenate(rec.noise[which::3]), Z_ADA * ADA_M4[which][2])
+
+    return white
+
+
+def adassp_m4_black(which):
+    def black(tmp, under):
+        plan = plan_mechanism("adassp", d=3, epsilon=EPS, delta=DELTA, norm_bound=B, neighbors="replace",
+                              max_rows_per_unit=M4)
+        row, other, sens = ADA_M4[which]
+        grams = (_unit_gram([np.array(row)] * M4), _unit_gram([np.array(other)] * M4))
+
+        def run(w, cp_for):
+            plan.noise(grams[w], cp_for(plan.events))
+
+        return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, draw=which,
+                                  expected_sensitivity=sens, n=N_COMPOSED)
+
+    return black
+
+
+K_REUSE = 2  # k(R + 1) passes of the reuse-mode rows at k = 1, R = 1
+Z_REUSE = math.sqrt(K_REUSE) * Z1
+
+
+def rowpass_m4_white(tmp, under):
+    d, k, L, R, b = 6, 2, 4, 2, 1.3  # 6 batches: 4 power steps of 6×4 + 2 eigenvalue passes of 4 = 104 draws
+    plan = rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=b, mode="reuse", max_rows_per_unit=M4)
+    rec = Recorder(HalvedSampler() if under else NumpySampler())
+    cp = charged(tmp, plan.events, rec)
+    zeros = lambda U, p: (np.zeros((d, U.shape[1])), np.zeros(U.shape[1]), 0.0)  # noqa: E731
+    private_online_power_method(zeros, d=d, k=k, L=L, R=R, plan=plan, chokepoint=cp, rng=np.random.default_rng(1))
+    assert not cp.unused_events
+    z = math.sqrt(k * (R + 1)) * Z1  # reuse: k(R+1) sequential batches
+    return chi2_variance_pvalue(np.concatenate(rec.noise), z * M4 * math.sqrt(L) * b**3)
+
+
+def rowpass_m4_black(tmp, under):
+    """Reuse mode, D = ∅ and D' = one unit of 4 rows x = B·u₁: the first batch moves by 4·(xᵀu)²x = 4B³u."""
+    d, b = 3, 1.3
+    plan = rows_plan(epsilon=EPS, delta=DELTA, k=1, L=1, R=1, norm_bound=b, mode="reuse", max_rows_per_unit=M4)
+    u = random_unit_columns(np.random.default_rng(5), d, 1)[:, 0]
+    x = b * u
+
+    def run(w, cp_for):
+        def moments(U, p):
+            if w == 0:
+                return np.zeros((d, U.shape[1])), np.zeros(U.shape[1]), 0.0
+            c = x @ U
+            return M4 * np.outer(x, c**2), M4 * c**3, float(M4)
+
+        private_online_power_method(moments, d=d, k=1, L=1, R=1, plan=plan, chokepoint=cp_for(plan.events),
+                                    rng=np.random.default_rng(5))
+
+    return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp,
+                              expected_sensitivity=M4 * b**3, n=N_COMPOSED)
 
 
 # ---- the table ----------------------------------------------------------------------
@@ -685,8 +811,21 @@ ROWS = [
     Row("sketch", "histogram", G1, EPS, DELTA, sketch_white("histogram"), sketch_black("histogram"),
         "χ² on 150 bins", N3, HALF),
     Row("sketch", "dyadic stack", G1, EPS, DELTA, dyadic_white, dyadic_black, "χ² on 240 counters", N3, HALF),
+    # m = 4 rows per unit, planned through the family APIs' routing (the sketch rows above are at m = 4 already)
+    Row("second_moment", "analyze_gauss m=4", G1, EPS, DELTA, ag_m4_white("add_remove"), ag_m4_black("add_remove"),
+        "χ² on 105 upper-triangle draws", N3, HALF),
+    Row("second_moment", "analyze_gauss m=4 replace", G1, EPS, DELTA, ag_m4_white("replace"), ag_m4_black("replace"),
+        "χ² on 105 upper-triangle draws", N3, HALF),
+    Row("second_moment", "adassp λ_min m=4 replace", G1 + " over 3 releases", single_release_epsilon(Z_ADA), DELTA,
+        adassp_m4_white(0), adassp_m4_black(0), "χ² on 200 λ_min draws (200 charged releases)", N6, HALF),
+    Row("second_moment", "adassp XᵀX m=4 replace", G1 + " over 3 releases", single_release_epsilon(Z_ADA), DELTA,
+        adassp_m4_white(1), adassp_m4_black(1), "χ² on 3240 draws", N6, HALF),
+    Row("second_moment", "adassp Xᵀy m=4 replace", G1 + " over 3 releases", single_release_epsilon(Z_ADA), DELTA,
+        adassp_m4_white(2), adassp_m4_black(2), "χ² on 240 draws (3 releases)", N6, HALF),
+    Row("tensor", "row pass (reuse) m=4", G1 + " over k(R+1)", single_release_epsilon(Z_REUSE), DELTA,
+        rowpass_m4_white, rowpass_m4_black, "χ² on 104 draws (6 batches)", N6 + " (K = 2)", HALF),
 ]
-IDS = [f"{r.family}:{r.name}" for r in ROWS]
+IDS = [f"{r.family}:{r.name}".replace("=", "") for r in ROWS]
 
 
 @pytest.fixture(scope="module")
@@ -703,7 +842,7 @@ def _record(row, **kw):
 
 def test_the_table_covers_every_release_shape():
     names = {(r.family, r.name) for r in ROWS}
-    assert len(names) == len(ROWS) == 18  # JL audited for both projections
+    assert len(names) == len(ROWS) == 24  # JL audited for both projections; 6 rows at m = 4 (sketches: all rows)
     assert {r.family for r in ROWS} == {"second_moment", "tensor", "sketch"}
 
 
