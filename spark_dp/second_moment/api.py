@@ -58,6 +58,20 @@ THEOREM_NEIGHBORS = {
 }
 
 
+# What the secure-sampler argument covers for the JL release, stated in every JL manifest
+# (docs/privacy.md, "Floating point and the JL projection").
+JL_FLOATING_POINT = {
+    "gram": ("The Gaussian matrix Z comes from the session sampler (secure: exact discrete Gaussian on a 2^-30 grid), "
+             "so the sampling-side floating-point attacks (Mironov 2012; Jin et al. 2022: the irregular set of "
+             "doubles a floating-point sampler can return) do not apply. The release is not x + noise but "
+             "L Z^T Z L^T / r computed in floating point; the privacy proof is for exact arithmetic and the "
+             "rounding of those products is not covered by it (no attack on it is known)."),
+    "rows": ("R's data columns are Box-Muller floating-point normals from Philox on the executors, NOT the secure "
+             "sampler: the secure-sampler argument does not cover them. Use projection 'gram' (the default) when "
+             "floating-point attacks are in the threat model."),
+}
+
+
 def default_projection_rows(d: int) -> int:
     """Default r (JL) and m (inverse-Wishart): max(400, 2d)."""
     return max(DEFAULT_PROJECTION_ROWS, 2 * d)
@@ -202,14 +216,16 @@ def plan_mechanism(
         if projection == "gram":
             privacy["projection"] = ("gram: R·Ã drawn in its exact distribution, rows i.i.d. N(0, A^T A + w^2 I), "
                                      "from the exact A^T A (one pass; R is never drawn)")
-            privacy["randomness"] = ("Z (r x d) i.i.d. N(0,1): numpy Philox4x64-10 keyed by a 128-bit secret drawn "
-                                     "from the session sampler after the charge; release (Z L^T)^T (Z L^T)/r with "
-                                     "L L^T = A^T A + w^2 I")
+            privacy["randomness"] = ("Z (r x d) i.i.d. N(0,1) from the session sampler after the charge (secure: "
+                                     "OpenDP discrete Gaussian on the 2^-30 grid, OS entropy; the source of the "
+                                     "Wishart mechanisms); release (Z L^T)^T (Z L^T)/r with L L^T = A^T A + w^2 I")
+            privacy["floating_point"] = JL_FLOATING_POINT["gram"]
         else:
             privacy["projection"] = "rows: R's columns drawn per data row on the executors"
             privacy["randomness"] = ("R's data columns: Philox4x32-10 keyed by a 64-bit secret drawn after the charge, "
                                      "Box-Muller floating-point normals, one counter per row (see row_ids); "
                                      "ridge columns: the session sampler")
+            privacy["floating_point"] = JL_FLOATING_POINT["rows"]
             privacy["row_ids"] = ("content hash (partition-independent)" if row_ids == "content"
                                   else "partition id and position (depends on the input's partitioning)")
         return MechanismPlan(mechanism, [event], privacy, {"postprocess": postprocess, "projection_rows": r,

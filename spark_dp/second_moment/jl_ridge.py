@@ -137,10 +137,10 @@ def jl_ridge_from_gram(
         vals, vecs = np.linalg.eigh(cov)
         root = vecs * np.sqrt(np.clip(vals, 0.0, None))
     # Step 2: RÃ has i.i.d. N(0, ÃᵀÃ) rows: RÃ = Z Lᵀ, Z r × d standard normal,
-    # keyed by a secret drawn after the charge.
-    key = int(sampler.key())
-    gen = np.random.Generator(np.random.Philox(key=[key & (2**64 - 1), key >> 64]))
-    ra_tilde = gen.standard_normal((r, d)) @ root.T
+    # drawn after the charge from the session sampler, as the Wishart and
+    # inverse-Wishart mechanisms draw theirs (secure: OpenDP's discrete
+    # Gaussian on the 2^-30 grid from OS entropy, not floating-point normals).
+    ra_tilde = sampler.standard_normal(r * d).reshape(r, d) @ root.T
     # Step 3: output (RÃ)ᵀ(RÃ)/r.
     out = (ra_tilde.T @ ra_tilde) / r
     return _postprocess(out, w, postprocess)
