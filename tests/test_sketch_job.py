@@ -4,6 +4,7 @@ import json
 import os
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -111,8 +112,13 @@ def test_estimate_and_heavy_hitters_commands(spark, tmp_path, data, capsys):
     assert len(lines) == 4 and lines[1].startswith("q0,")
     assert cli_main(["heavy-hitters", rdir, "--top", "1"]) == 0  # the release's own list (q0: 715 rows, far above)
     assert capsys.readouterr().out.strip().splitlines()[1:] == lines[1:2]
-    # a candidate dataset: distributed join, same answer as the driver path
-    assert cli_main(["heavy-hitters", rdir, "--candidates", data[0], "--top", "3", "--threshold", "0"]) == 0
+    # a (public) candidate dataset: distributed join, same answer as the driver path
+    # (the sketched dataset itself is refused: candidates must be public, tests/test_sketch_public_inputs.py)
+    public = str(tmp_path / "public_cands.parquet")
+    pq.write_table(pa.table({"query": [f"q{i}" for i in range(200)]}), public)
+    assert cli_main(["heavy-hitters", rdir, "--candidates", data[0], "--top", "3", "--threshold", "0"]) == 2
+    assert "'--candidates'" in capsys.readouterr().err
+    assert cli_main(["heavy-hitters", rdir, "--candidates", public, "--top", "3", "--threshold", "0"]) == 0
     dist = capsys.readouterr().out.strip().splitlines()
     assert [ln.split(",")[0] for ln in dist] == [ln.split(",")[0] for ln in lines]
     assert np.allclose([float(ln.split(",")[1]) for ln in dist[1:]], [float(ln.split(",")[1]) for ln in lines[1:]])

@@ -135,8 +135,24 @@ def _add_sketch_commands(sub) -> None:
                 rows = [r for r in rows if r[1] >= args.threshold]
             _write_csv(rows[: top or len(rows)])
             return 0
-        if not os.path.exists(args.candidates):
-            raise SparkDPError(f"Candidates path {args.candidates!r} does not exist.")
+        from spark_dp.sketch.estimate import check_candidate_files, check_candidates_location, release_source
+
+        # Candidates must be public: the output lists those whose estimate clears the threshold, so
+        # candidates read from the release's own input would publish which items the private data holds.
+        manifest = release.manifest
+        if release_source(manifest) is None:
+            log.warning("release %s records no input location (older or API release without 'source'): "
+                        "cannot check that --candidates is not the sketched data", release.release_id)
+        is_table = args.format == "table" and not args.candidates.endswith(".txt")
+        if is_table:
+            from spark_dp.aggregates.sources import check_table_name
+
+            check_table_name(args.candidates, key="--candidates")
+            check_candidates_location(args.candidates, manifest, param="--candidates", table=True)
+        else:
+            if not os.path.exists(args.candidates) and "://" not in args.candidates:
+                raise SparkDPError(f"Candidates path {args.candidates!r} does not exist.")
+            check_candidates_location(args.candidates, manifest, param="--candidates")
         if args.candidates.endswith(".txt"):
             from spark_dp.cli.task_count_sketch import read_candidates
 
@@ -145,8 +161,15 @@ def _add_sketch_commands(sub) -> None:
             from spark_dp.aggregates import read_dataset
             from spark_dp.runtime import get_spark
 
-            col = args.column or release.manifest["columns"][0]
-            cands = read_dataset(get_spark("spark-dp heavy-hitters"), args.candidates, args.format)
+            col = args.column or manifest["columns"][0]
+            spark = get_spark("spark-dp heavy-hitters")
+            if is_table:
+                from spark_dp.cli.task_count_sketch import qualified_table
+
+                check_candidates_location(args.candidates, manifest, param="--candidates", table=True,
+                                          qualified=qualified_table(spark, args.candidates))
+            cands = read_dataset(spark, args.candidates, args.format)
+            check_candidate_files(cands.inputFiles(), manifest, param="--candidates")
         _write_csv(heavy_hitters(view, cands, col, top=top, threshold=args.threshold))
         return 0
 
@@ -156,11 +179,15 @@ def _add_sketch_commands(sub) -> None:
     p.set_defaults(func=_estimate)
     p = sub.add_parser("heavy-hitters", help="top items by estimate from a count_sketch release (item,estimate CSV)")
     p.add_argument("release_dir", help="the release directory")
-    p.add_argument("--candidates", help="a .txt file (one item a line) or a dataset with the item column; for a "
-                   "hashed dyadic release, the candidates whose hash is a decoded heavy id (without: the hashed "
-                   "ids, CSV header hashed_id,estimate)")
+    p.add_argument("--candidates", help="PUBLIC candidate items: a .txt file (one item a line), a dataset with the "
+                   "item column, or a table name with --format table. Never the sketched data or anything derived "
+                   "from it: the output lists the candidates that clear the threshold, so private candidates would "
+                   "publish which items the data holds; the release's own input path (or a file or directory "
+                   "inside it) or table is refused. For a hashed dyadic release, the candidates whose hash is a "
+                   "decoded heavy id (without: the hashed ids, CSV header hashed_id,estimate)")
     p.add_argument("--column", help="candidate column in a dataset (default: the release's item column)")
-    p.add_argument("--format", default="parquet", help="format of a candidate dataset (default parquet)")
+    p.add_argument("--format", default="parquet",
+                   help="format of a candidate dataset: parquet (default), csv, json, orc, or table")
     p.add_argument("--top", type=int, default=None, help="how many (default: the release's heavy_hitters.top)")
     p.add_argument("--threshold", type=float, default=None,
                    help="minimum estimate (default: the release-time threshold in the manifest)")

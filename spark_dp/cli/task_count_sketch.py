@@ -14,7 +14,13 @@ Config contract::
              domain: null}            # histogram: a list of items or an int d
 
 ``heavy_hitters.candidates`` is a path: a ``.txt`` file (one item a line) or
-a dataset in ``dataset.format`` holding the item column. ``levels`` = L asks
+a dataset in ``dataset.format`` holding the item column (with ``dataset.table``:
+a table name). Candidates must be public — never the sketched dataset or
+derived from it: the release lists the candidates whose estimate clears the
+threshold, so candidates from the private data would publish which items it
+holds. A candidates path that is, holds or lies inside ``dataset.path``, a
+table named like ``dataset.table``, and a candidate dataset reading any of the
+input's files are refused before Spark work and before any charge. ``levels`` = L asks
 for dyadic heavy hitters without candidates over item ids in [0, 2^L)
 (:mod:`spark_dp.sketch.dyadic`): integer items are their own ids, string
 items (or integers with ``hash_items: true``) are mapped to ids by a public,
@@ -89,8 +95,51 @@ def _check(config) -> None:
         raise ConfigError("The 'params.heavy_hitters.levels' parameter (dyadic heavy hitters) needs mechanism "
                           "'private_count_sketch' and dataset.unit_clipping 'l1'.")
     cand = (p.get("heavy_hitters") or {}).get("candidates")
-    if cand is not None and not os.path.exists(cand) and "://" not in cand:
+    if cand is None:
+        return
+    from spark_dp.sketch.estimate import check_candidates_location
+
+    # Candidates must be public: refuse the release's own input before Spark starts (nothing charged).
+    source = {"source": _source(config)}
+    if _candidates_table(config, cand):
+        from spark_dp.aggregates.sources import check_table_name
+
+        check_table_name(cand, key="params.heavy_hitters.candidates")
+        check_candidates_location(cand, source, param="params.heavy_hitters.candidates", table=True)
+        return
+    if not os.path.exists(cand) and "://" not in cand:
         raise ConfigError(f"The 'params.heavy_hitters.candidates' path {cand!r} does not exist.")
+    check_candidates_location(cand, source, param="params.heavy_hitters.candidates")
+
+
+def _candidates_table(config, cand: str) -> bool:
+    """With a table dataset, candidates other than a ``.txt`` file are a table name (read_candidates)."""
+    from spark_dp.aggregates.sources import TABLE
+
+    return config.dataset.format == TABLE and not cand.endswith(".txt")
+
+
+def _source(config, spark=None) -> dict:
+    """The manifest's ``source``: the dataset's path, or its table name (and, given Spark, its qualified name)."""
+    from spark_dp.sketch.estimate import normalize_location
+
+    table = config.dataset.table
+    if table is None:
+        return {"paths": [normalize_location(config.dataset.path)], "tables": []}
+    return {"paths": [], "tables": [table, *qualified_table(spark, table)]}
+
+
+def qualified_table(spark, name: str) -> list[str]:
+    """``catalog.db.table`` of a table name, when Spark resolves it (classic and Connect); else []."""
+    if spark is None:
+        return []
+    try:
+        t = spark.catalog.getTable(name)
+    except Exception:  # noqa: BLE001 - the read reports a missing table; this only adds a spelling
+        return []
+    if not t.catalog or not t.namespace:
+        return []
+    return [".".join(f"`{x}`" for x in [t.catalog, *t.namespace, t.name])]
 
 
 def _plan(config):
@@ -132,9 +181,15 @@ def _run(session, config, spark, *, seeds=None):
     m, clip, C = _unit_bound(config)
     hh = config.params.get("heavy_hitters") or {}
     candidates = cand_col = None
+    source = _source(config, spark)
     if hh.get("candidates") is not None:
-        candidates, cand_col = read_candidates(spark, hh["candidates"], config.dataset.format, column,
-                                               item_kind(df, column))
+        cand = hh["candidates"]
+        if _candidates_table(config, cand):  # again with the catalog's qualified names (still before any charge)
+            from spark_dp.sketch.estimate import check_candidates_location
+
+            check_candidates_location(cand, {"source": source}, param="params.heavy_hitters.candidates",
+                                      table=True, qualified=qualified_table(spark, cand))
+        candidates, cand_col = read_candidates(spark, cand, config.dataset.format, column, item_kind(df, column))
     return count_sketch(
         session, df, column,
         epsilon=config.privacy.epsilon, delta=config.privacy.delta, mechanism=config.mechanism,
@@ -145,7 +200,7 @@ def _run(session, config, spark, *, seeds=None):
         domain=config.params.get("domain"), top=hh.get("top") or 50, threshold=hh.get("threshold"),
         candidates=candidates, candidate_column=cand_col, levels=hh.get("levels"), seeds=seeds,
         hash_items=hh.get("hash_items"),
-        release_id=config.release_id, config_sha256=config.sha256,
+        release_id=config.release_id, config_sha256=config.sha256, source=source,
         # A plain Parquet read: let the tasks read the files themselves (same table, faster).
         source_paths=[config.dataset.path] if (config.dataset.format == "parquet" and config.dataset.path
                                                and not config.dataset.options) else None,

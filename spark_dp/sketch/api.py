@@ -95,6 +95,35 @@ def check_sketch_request(
     return k, b, C, domain
 
 
+def _source_info(source: Any, source_paths: list[str] | None, *, owner: str = OWNER) -> dict | None:
+    """The manifest's optional ``source`` field: {'paths': [...], 'tables': [...]} (None: not recorded).
+
+    Only names the caller gave (public configuration), never file listings:
+    partition directory names are values of the data.
+    """
+    from spark_dp.sketch.estimate import normalize_location
+
+    if source is None:
+        return None if not source_paths else {"paths": [normalize_location(p) for p in source_paths], "tables": []}
+    keys = ("path", "paths", "table", "tables")
+    if not isinstance(source, dict) or not source or set(source) - set(keys):
+        raise ConfigError(f"The 'source' parameter of {owner} must be a mapping with keys among {list(keys)}. "
+                          f"Got {source!r} instead.")
+    out: dict[str, list[str]] = {"paths": [], "tables": []}
+    for key, value in source.items():
+        values = [value] if key in ("path", "table") else value
+        if isinstance(values, str) or not isinstance(values, Sequence) or \
+                not all(isinstance(x, str) and x for x in values):
+            raise ConfigError(f"The 'source.{key}' parameter of {owner} must be "
+                              f"{'a non-empty string' if key in ('path', 'table') else 'a list of non-empty strings'}. "
+                              f"Got {value!r} instead.")
+        if key.startswith("path"):
+            out["paths"] += [normalize_location(x) for x in values]
+        else:
+            out["tables"] += list(values)
+    return out
+
+
 def _seeds(given: Sequence[int] | Release | None, k: int, mechanism: str, session: DPSession) -> list[int]:
     if mechanism == "histogram":
         if given is not None:
@@ -145,6 +174,7 @@ def count_sketch(
     release_id: str | None = None,
     config_sha256: str | None = None,
     source_paths: Sequence[str] | None = None,
+    source: dict[str, Any] | None = None,
 ) -> Release:
     """Releases a private sketch (or known-domain histogram) of ``df[column]``.
 
@@ -180,7 +210,13 @@ def count_sketch(
         candidates: optional public candidate items (a DataFrame with
             ``candidate_column``, or a list): the release's manifest then lists
             the top-``top`` candidates whose estimate is ≥ ``threshold``
-            (post-processing; candidates must not be chosen from the data).
+            (post-processing). Candidates must be public — a fixed vocabulary,
+            another dataset — never read from or derived from ``df``: the
+            published list would then say which items the private data holds
+            (an item of one unit is listed with it and missing without it,
+            whatever the noise). A candidate DataFrame that is ``df``, reads
+            any of ``df``'s input files, or is built on ``df`` is refused
+            (ConfigError, nothing charged); a list cannot be traced.
         levels: L, for heavy hitters without candidates over item ids in
             [0, 2^L): also release Private CountSketches of the dyadic
             prefixes (arrays ``dyadic_sketch`` (L−1, k, b) and
@@ -211,6 +247,12 @@ def count_sketch(
             sketch mechanisms, ``histogram``
             (:func:`~spark_dp.aggregates.sketch.histogram_table_parquet`) and
             ``levels`` (:func:`~spark_dp.aggregates.sketch.dyadic_tables_parquet`).
+        source: where ``df`` was read from, ``{"path": …}`` / ``{"paths": […]}``
+            or ``{"table": …}`` / ``{"tables": […]}`` (public names, as in a
+            job config; default: ``source_paths``). Recorded in the manifest
+            (``source``: local paths resolved to absolute ones) so that
+            ``spark-dp heavy-hitters --candidates`` can refuse candidates read
+            from the release's own input later.
 
     Returns:
         A :class:`Release` with arrays ``sketch`` (k, b) and ``seeds`` (k, 2)
@@ -255,6 +297,7 @@ def count_sketch(
             raise ConfigError(f"The 'source_paths' parameter of {owner} must be a list of Parquet paths. "
                               f"Got {source_paths!r} instead.")
         source_paths = list(source_paths)
+    source_info = _source_info(source, source_paths, owner=owner)
     for name, col in (("weight", weight), ("privacy_unit", privacy_unit)):
         if col is not None:
             V.check_str(name, col, owner=owner)
@@ -274,6 +317,11 @@ def count_sketch(
             from spark_dp.sketch.estimate import coerce_items
 
             candidates = coerce_items(list(candidates), item_kind(df, column))
+        if isinstance(candidates, DataFrame):
+            from spark_dp.sketch.estimate import check_candidates_frame
+
+            # Candidates from the private data would publish which items it holds (before any charge).
+            check_candidates_frame(candidates, df, owner=owner)
 
     kind = item_kind(df, column)  # schema checks only, no Spark job
     prepare_items(df, column, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
@@ -437,6 +485,6 @@ def count_sketch(
         task="count_sketch", mechanism=mechanism, release_id=release_id, request=request, events=plan.events,
         budget=plan.budget, compute=compute, noise=noise, privacy=privacy,
         extra={"columns": [column], "params": params, "policies": policies, "sketch": sketch_info,
-               "heavy_hitters": hh_info},
+               "heavy_hitters": hh_info, "source": source_info},
         config_sha256=config_sha256,
     )

@@ -9,6 +9,8 @@ choice, not through the sketch.
 
 from __future__ import annotations
 
+import os
+import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -262,6 +264,10 @@ def heavy_hitters(
     candidate colliding with a heavy item is reported too; see the birthday
     bound in :mod:`spark_dp.sketch.dyadic`).
 
+    Candidates must be public (the result names those that clear the
+    threshold): given a release (not a view) whose manifest records its input
+    (``source``), a candidate DataFrame reading any file of it is refused.
+
     Args:
         candidates: a DataFrame (with ``column``) or a list of items; None
             only for a dyadic release.
@@ -273,6 +279,10 @@ def heavy_hitters(
     Returns:
         ``[(item, estimate), …]`` sorted by decreasing estimate.
     """
+    if isinstance(release, str):
+        release = load_release(release)
+    if isinstance(release, Release) and isinstance(candidates, DataFrame) and release_source(release.manifest):
+        check_candidate_files(candidates.inputFiles(), release.manifest)
     view = release if isinstance(release, SketchView) else SketchView.of(release)
     top = top if top is not None else (view.top or 50)
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
@@ -337,3 +347,191 @@ def precision_recall(found: Sequence[Any], truth: Sequence[Any]) -> tuple[float,
     f, t = set(found), set(truth)
     hit = len(f & t)
     return (hit / len(f) if f else 1.0), (hit / len(t) if t else 1.0)
+
+
+# -- candidates must be public -------------------------------------------------------------------
+#
+# Heavy hitters over candidates report the candidates whose estimate clears the threshold, so the
+# *list of candidates* is part of what is published. Candidates read from the sketched data turn
+# "is this item in the data" into an event of unbounded privacy loss (an item held by one unit is a
+# candidate with it and absent without it, whatever the noise). The checks below refuse the cases
+# that can be recognised: a path or table that is (or holds, or lies inside) the release's own
+# input, and a candidate DataFrame that reads the sketched DataFrame's files or is derived from it.
+# A list of items cannot be traced; it is the caller's responsibility (docs/sketch.md).
+
+_SCHEMES = {"s3a": "s3", "s3n": "s3"}
+
+
+def normalize_location(path: str) -> str:
+    """A comparable form of a path or URI (local paths and ``file:`` URIs → their realpath)."""
+    from urllib.parse import unquote, urlparse
+
+    from spark_dp.aggregates.sources import is_local_path
+
+    if is_local_path(path):
+        local = unquote(urlparse(path).path) if path.startswith("file:") else path
+        return os.path.realpath(os.path.expanduser(local))
+    u = urlparse(path)
+    scheme = _SCHEMES.get(u.scheme.lower(), u.scheme.lower())
+    return f"{scheme}://{u.netloc}{posixpath.normpath(unquote(u.path) or '/')}".rstrip("/")
+
+
+def _inside(a: str, b: str) -> bool:
+    """``a`` is ``b`` or lies under it (both normalised)."""
+    sep = "/" if "://" in b else os.sep
+    return a == b or a.startswith(b if b.endswith(sep) else b + sep)
+
+
+def locations_overlap(a: str, b: str) -> bool:
+    """Two normalised locations are the same, or one lies inside the other (a directory of parts)."""
+    return _inside(a, b) or _inside(b, a)
+
+
+def _table_parts(name: str) -> list[str]:
+    parts, cur, quoted = [], "", False
+    for ch in name.strip():
+        if ch == "`":
+            quoted = not quoted
+        elif ch == "." and not quoted:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p.lower() for p in parts]
+
+
+def tables_may_match(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether table names ``a`` (one table's spellings) and ``b`` (another's) may name the same table.
+
+    Two fully qualified (catalog.db.table) spellings decide it exactly; otherwise
+    the shorter name matching the tail of the longer counts as a match (``t``
+    may be ``db.t`` under another current database): refusing then is the safe side.
+    """
+    pa, pb = [_table_parts(x) for x in a], [_table_parts(x) for x in b]
+    full_a, full_b = [x for x in pa if len(x) >= 3], [x for x in pb if len(x) >= 3]
+    if full_a and full_b:
+        return any(x == y for x in full_a for y in full_b)
+    return any(x[-min(len(x), len(y)):] == y[-min(len(x), len(y)):] for x in pa for y in pb)
+
+
+def release_source(manifest: dict) -> dict | None:
+    """The manifest's optional ``source`` ({'paths': [...], 'tables': [...]}); None when not recorded."""
+    src = manifest.get("source")
+    return src if isinstance(src, dict) else None
+
+
+def check_candidates_location(
+    location: str, manifest: dict, *, param: str = "candidates", table: bool = False,
+    qualified: Sequence[str] = (),
+) -> None:
+    """Refuses candidates read from the release's own input (path, directory of parts, or table).
+
+    Args:
+        location: the candidates' path / URI, or with ``table`` their table name.
+        manifest: the release's manifest (its ``source`` field; a manifest
+            without one cannot be checked and passes).
+        param: the parameter named in the error.
+        qualified: further spellings of the candidate table (e.g. catalog.db.table).
+
+    Raises:
+        ConfigError: the candidates are (or lie inside, or contain) the sketched data.
+    """
+    src = release_source(manifest)
+    if src is None:
+        return
+    if table:
+        tables = [str(t) for t in src.get("tables") or []]
+        if tables and tables_may_match([location, *qualified], tables):
+            raise ConfigError(
+                f"The {param!r} table {location!r} is the release's own input table ({tables[0]!r}): "
+                "candidates must be public, never read from the sketched data.")
+        return
+    here = normalize_location(location)
+    for p in src.get("paths") or []:
+        if locations_overlap(here, normalize_location(str(p))):
+            raise ConfigError(
+                f"The {param!r} path {location!r} is the release's own input {p!r} (or lies inside it or holds "
+                "it): candidates must be public, never read from the sketched data.")
+
+
+def check_candidate_files(files: Sequence[str], manifest: dict, *, param: str = "candidates") -> None:
+    """Refuses a candidate dataset any of whose files lie in the release's recorded input paths."""
+    src = release_source(manifest)
+    if src is None or not src.get("paths"):
+        return
+    roots = [normalize_location(str(p)) for p in src["paths"]]
+    for f in files:
+        nf = normalize_location(f)
+        if any(_inside(nf, r) for r in roots):
+            raise ConfigError(f"The {param!r} dataset reads {f!r}, a file of the release's own input: "
+                              "candidates must be public, never read from the sketched data.")
+
+
+def _connect_ancestors(plan: Any) -> set[int]:
+    """ids of a Spark Connect client plan and of all the plans under it (pure Python, no RPC)."""
+    seen, stack = set(), [plan]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for v in vars(node).values():
+            for c in v if isinstance(v, list | tuple) else (v,):
+                if type(c).__module__ == "pyspark.sql.connect.plan":
+                    stack.append(c)
+    return seen
+
+
+def _classic_shares_leaf(candidates: DataFrame, df: DataFrame) -> bool:
+    """Classic Spark: a leaf (e.g. the LocalRelation of an in-memory frame, with its attribute ids) of
+    ``df``'s analysed plan is also a leaf of ``candidates``' — which is then derived from ``df``."""
+    ja, jb = candidates._jdf.queryExecution().analyzed(), df._jdf.queryExecution().analyzed()
+    la, lb = ja.collectLeaves(), jb.collectLeaves()
+    leaves_b = [lb.apply(i) for i in range(lb.size())]
+    return any(la.apply(i).equals(x) for i in range(la.size()) for x in leaves_b)
+
+
+def check_candidates_frame(candidates: DataFrame, df: DataFrame, *, param: str = "candidates",
+                           owner: str = "count_sketch") -> None:
+    """Refuses a candidate DataFrame that is the sketched DataFrame, reads its files, or is derived from it.
+
+    Checks (no Spark job; ``inputFiles`` lists files, works on classic Spark and
+    Spark Connect): the same object; the same plan (``sameSemantics``); a
+    shared input file (after resolving ``file:`` URIs and symlinks); and
+    whether ``candidates`` is built on ``df`` (this is what catches derived
+    in-memory frames, which have no files) — ``df``'s client plan inside the
+    candidates' on Spark Connect, a shared leaf of the analysed plans (same
+    attribute ids) on classic Spark. A candidate frame built from a copy of
+    the private rows cannot be recognised: candidates must be public.
+
+    Raises:
+        ConfigError: naming ``param``.
+    """
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(f"The {param!r} parameter of {owner} {why}: candidates must be public, never "
+                           "derived from the sketched data.")
+
+    if candidates is df:
+        raise refuse("is the sketched DataFrame itself")
+    files_c = {normalize_location(f) for f in candidates.inputFiles()}
+    files_d = {normalize_location(f) for f in df.inputFiles()}
+    shared = sorted(files_c & files_d)
+    if shared:
+        raise refuse(f"reads the sketched DataFrame's input ({shared[0]!r})")
+    try:
+        same = candidates.sameSemantics(df)
+    except Exception:  # noqa: BLE001 - a best-effort extra check; the schemas may simply differ
+        same = False
+    if same:
+        raise refuse("has the sketched DataFrame's plan")
+    derived = False
+    try:
+        if type(df).__module__.startswith("pyspark.sql.connect"):
+            derived = id(df._plan) in _connect_ancestors(candidates._plan)
+        elif hasattr(candidates, "_jdf") and hasattr(df, "_jdf"):  # classic
+            derived = _classic_shares_leaf(candidates, df)
+    except Exception:  # noqa: BLE001 - private plan APIs changed: fall back to the checks above
+        derived = False
+    if derived:
+        raise refuse("is derived from the sketched DataFrame")
