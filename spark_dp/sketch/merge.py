@@ -15,6 +15,21 @@ their parts agree on levels, shape, every level's seeds, the domain hash
 the heavy ids are decoded again from the merged stack (post-processing), with
 the default threshold (3 σ of one counter) recomputed for the merged noise
 σ = √Σσᵢ² unless the parts set one.
+
+The parts must protect the same thing: equal privacy unit (the unit column,
+or ``row``), per-unit row cap m, unit clipping and per-unit L2 bound. A
+composed guarantee over parts that bound different units (rows one day,
+users the next) or different m is not the guarantee the merged manifest
+would state, so a mismatch is refused.
+
+A plain (non-dyadic) merge does not carry any part's heavy-hitter ``items``
+over: each list was computed from that part's own noisy table, not from the
+merged one, and the candidates they came from are not stored in the
+release, so the merged list cannot be recomputed here. The merged
+``heavy_hitters`` keeps ``top`` and the threshold (recomputed for the merged
+noise when the parts used the 3 σ default), ``items`` is None and a note
+says to run :func:`~spark_dp.sketch.estimate.heavy_hitters` on the merged
+release with public candidates.
 """
 
 from __future__ import annotations
@@ -46,7 +61,7 @@ def merge_sketches(
     Raises:
         ConfigError: fewer than two releases, or parts that do not match
             (mechanism, dataset, item type, shape, seeds, levels, domain
-            hash, per-unit bounds, arrays).
+            hash, privacy unit, per-unit bounds, arrays).
     """
     parts = [load_release(r) if isinstance(r, str) else r for r in releases]
     if len(parts) < 2:
@@ -72,9 +87,13 @@ def merge_sketches(
                     f"Release {p.release_id!r} was built with other hash seeds ({name!r}); only sketches with equal "
                     "seeds add up (pass seeds=<earlier release> when building them)."
                 )
-        if m["privacy"].get("unit_l2_bound") != first["privacy"].get("unit_l2_bound") or \
-                m["privacy"].get("max_items_per_unit") != first["privacy"].get("max_items_per_unit"):
-            raise ConfigError("Releases differ in their per-unit bounds; cannot merge.")
+        # The composed guarantee is about one privacy unit with one contribution bound: parts that bound
+        # other units or other m do not compose into the guarantee the merged manifest would state.
+        for key, default in _UNIT_FIELDS:
+            a, b = first["privacy"].get(key, default), m["privacy"].get(key, default)
+            if a != b:
+                raise ConfigError(f"Releases differ in privacy {key!r}: {a!r} ({parts[0].release_id!r}) vs {b!r} "
+                                  f"({p.release_id!r}); cannot merge.")
     table = "histogram" if "histogram" in parts[0].arrays else "sketch"
     arrays = {table: np.sum([p[table] for p in parts], axis=0)}
     for name in ("seeds", "dyadic_seeds", "hash_seed"):
@@ -98,15 +117,16 @@ def merge_sketches(
         privacy["noise_sigma"] = math.sqrt(math.fsum(p.privacy["noise_sigma"] ** 2 for p in parts))
     else:
         privacy["noise_scales"] = [p.privacy.get("noise_scale") for p in parts]
-    heavy = first.get("heavy_hitters")
     if first["sketch"].get("levels") is not None:
         heavy = _redecode(parts, arrays, privacy)
+    else:
+        heavy = _defaults_only(parts)
     rid = release_id or f"count_sketch-merged-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     manifest = {
         "schema_version": MANIFEST_SCHEMA_VERSION, "release_id": rid, "dataset_id": first["dataset_id"],
         "task": "count_sketch", "mechanism": first["mechanism"], "columns": first.get("columns"),
         "params": first.get("params"), "policies": first.get("policies"), "sketch": first["sketch"],
-        "heavy_hitters": heavy, "merged_from": [p.release_id for p in parts],
+        "heavy_hitters": heavy, "merged_from": [p.release_id for p in parts], "source": _merged_source(parts),
         "privacy": privacy, "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "library_version": __version__, "request_sha256": None, "config_sha256": None,
     }
@@ -116,18 +136,73 @@ def merge_sketches(
     return release
 
 
+_UNIT_FIELDS = (("privacy_unit", "row"), ("max_items_per_unit", 1), ("unit_clipping", "l1"), ("unit_l2_bound", None))
+
+
+def _merged_threshold(parts: list[Release]) -> tuple[float | None, str]:
+    """The merged release's default threshold and its rule.
+
+    3 σ defaults add as independent noise does: √Σ(3σᵢ)² = 3·√Σσᵢ² (Gaussian
+    or Laplace counters alike). Given thresholds are kept when equal, else the
+    largest is used (the cautious default for a later heavy-hitter query).
+    """
+    hhs = [p.manifest.get("heavy_hitters") or {} for p in parts]
+    thr = [h.get("threshold") for h in hhs]
+    if any(t is None for t in thr):
+        return None, "none"
+    if all(h.get("threshold_rule") == "3 sigma" for h in hhs):
+        return math.sqrt(math.fsum(float(t) ** 2 for t in thr)), "3 sigma"
+    return max(float(t) for t in thr), "given" if len(set(thr)) == 1 else "given (the largest of the parts')"
+
+
+def _defaults_only(parts: list[Release]) -> dict | None:
+    """heavy_hitters of a plain merge: defaults for later queries, never a part's list.
+
+    Each part's ``items`` were chosen from that part's noisy table; copying one
+    part's list would present it as the merged release's. Recomputing needs the
+    candidates, which a release does not store (only its request digest covers
+    them), so the list is dropped: ``heavy_hitters(merged, candidates)`` with
+    public candidates gives the merged list (post-processing, no charge).
+    """
+    first = parts[0].manifest.get("heavy_hitters")
+    if first is None:
+        return None
+    hh = {k: v for k, v in first.items() if k != "items"}
+    hh["threshold"], hh["threshold_rule"] = _merged_threshold(parts)
+    hh["items"] = None
+    if any((p.manifest.get("heavy_hitters") or {}).get("items") is not None for p in parts):
+        hh["items_note"] = ("not carried over from the parts (each part's list came from its own noisy table; the "
+                            "candidates are not stored): run heavy_hitters(merged release, public candidates)")
+    return hh
+
+
+def _merged_source(parts: list[Release]) -> dict | None:
+    """The union of the parts' recorded inputs (``source``), so candidates can be checked against every part."""
+    srcs = [p.manifest.get("source") for p in parts]
+    if all(s is None for s in srcs):
+        return None
+    out: dict = {"paths": [], "tables": []}
+    for s in srcs:
+        for key in ("paths", "tables"):
+            out[key] += [x for x in (s or {}).get(key) or [] if x not in out[key]]
+    missing = [p.release_id for p, s in zip(parts, srcs, strict=True) if s is None]
+    if missing:
+        out["unrecorded_parts"] = missing
+    return out
+
+
 def _redecode(parts: list[Release], arrays: dict[str, np.ndarray], privacy: dict) -> dict:
     """The heavy ids of the merged dyadic stack (post-processing of the merged release)."""
     from spark_dp.sketch.dyadic import dyadic_heavy_hitters_of, stack_of
     from spark_dp.sketch.estimate import seeds_from_payload
 
     hh = dict(parts[0].manifest.get("heavy_hitters") or {})
-    if all((p.manifest.get("heavy_hitters") or {}).get("threshold_rule") == "3 sigma" for p in parts):
-        hh["threshold"] = 3.0 * privacy["noise_sigma"]
+    hh["threshold"], hh["threshold_rule"] = _merged_threshold(parts)  # 3 σ: = 3 · privacy["noise_sigma"]
     seeds = [seeds_from_payload(s) for s in arrays.get("dyadic_seeds", np.zeros((0, 1, 2)))]
     seeds.append(seeds_from_payload(arrays["seeds"]))
+    thr = float("-inf") if hh["threshold"] is None else float(hh["threshold"])
     found = dyadic_heavy_hitters_of(stack_of(arrays), seeds, top=int(hh.get("top") or 50),
-                                    threshold=float(hh["threshold"]), hash_seed=None, kind="long")
+                                    threshold=thr, hash_seed=None, kind="long")
     hh["items"] = [{"item": x, "estimate": v} for x, v in found]
     hh["decoded_from"] = "the merged stack"
     return hh
