@@ -32,7 +32,7 @@ only (it has no ``neighbors`` parameter), which the table records.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -56,15 +56,18 @@ class RecordingSampler(NoiseSampler):
     def __init__(self) -> None:
         self.inner = NumpySampler()
         self.draws: list[tuple[str, float, float, np.ndarray]] = []
+        self.values: list[np.ndarray] = []
 
     def gaussian(self, values, sigma, l2_sensitivity):
         out = self.inner.gaussian(values, sigma, l2_sensitivity)
         self.draws.append(("gaussian", float(sigma), float(l2_sensitivity), out - np.asarray(values, dtype=float)))
+        self.values.append(np.array(values, dtype=float))
         return out
 
     def laplace(self, values, scale, l1_sensitivity):
         out = self.inner.laplace(values, scale, l1_sensitivity)
         self.draws.append(("laplace", float(scale), float(l1_sensitivity), out - np.asarray(values, dtype=float)))
+        self.values.append(np.array(values, dtype=float))
         return out
 
     def standard_normal(self, size):
@@ -88,8 +91,9 @@ class Case:
     manifest_scales: callable
     m_factor: float | tuple
     replace: float | tuple | None
-    draw_factors: callable | None = None  # recorded draw index -> m factor (default: m_factor for all)
-    notes: dict = field(default_factory=dict)
+    # Draws after the first whose Δ depends on earlier noisy output (whitening's passes: Δ ∝ B_y³ with
+    # B_y from the released M2) are checked by ``later_draws(sampler, neighbors, m)`` instead of by ratio.
+    later_draws: callable | None = None
 
 
 FEATURES = [f"x{i}" for i in range(16)]
@@ -129,12 +133,35 @@ def _sketch(**params):
     return call
 
 
-def _tensor(**params):
-    def call(dp, df, **kw):
-        return dp.tensor_decomposition(df, columns=FEATURES[:6], k=2, mechanism="private_power_method", epsilon=EPS,
-                                       delta=DELTA, norm_bound=B, restarts=4, iterations=4, mode="reuse",
+def _tensor(wide=False, **params):
+    def call(dp, df, **kw):  # wide: 14 columns, so the whitening M2 alone has 105 draws for the audit
+        # k = 1, L = 8, R = 3: 4 passes, 3·(6×8) + 8 = 152 draws (whiten: the 105-entry M2 is audited)
+        return dp.tensor_decomposition(df, columns=FEATURES[:14 if wide else 6], k=1, mechanism="private_power_method",
+                                       epsilon=EPS,
+                                       delta=DELTA, norm_bound=B, restarts=8, iterations=3, mode="reuse",
                                        rng=np.random.default_rng(5), **params, **kw)
     return call
+
+
+def _whitened_passes(sampler, neighbors, m):
+    """Each power pass after the released M2: Δ = f·m·√L·B_y³, B_y = ‖W‖₂·B with W whitening the released M2."""
+    from spark_dp.tensor.whiten import whitening
+
+    m2 = sampler.values[0].copy()  # the upper triangle of the exact Σxxᵀ, then its noise
+    d = int((math.isqrt(8 * m2.size + 1) - 1) // 2)
+    noisy = np.zeros((d, d))
+    noisy[np.triu_indices(d)] = m2 + sampler.draws[0][3]
+    noisy = noisy + np.triu(noisy, 1).T
+    W, _ = whitening(noisy, 1)  # k = 1
+    b_y = np.linalg.norm(W, 2) * B
+    f = 2.0 if neighbors == "replace" else 1.0
+    for kind, sigma, sens, _ in sampler.draws[1:]:
+        assert sens == pytest.approx(f * m * math.sqrt(8) * b_y**3, rel=1e-9)  # L = 8
+        assert sigma / sens == pytest.approx(sampler.draws[0][1] / sampler.draws[0][2], rel=1e-9)  # one z throughout
+
+
+def _whitened_scales(p):
+    return [p["second_moment_sigma"]]
 
 
 # Hand-derived factors (docs/privacy.md, "Privacy units"):
@@ -156,6 +183,8 @@ CASES = [
          _scale, M, None),
     Case("count_sketch/dyadic", _sketch(levels=5, repetitions=3, buckets=32), _scale, M, None),
     Case("tensor/private_power_method rows", _tensor(), _sigma, M, 2.0),
+    Case("tensor/private_power_method rows+whiten", _tensor(whiten=True, wide=True), _whitened_scales, M, ROOT2,
+         later_draws=_whitened_passes),
 ]
 
 
@@ -170,14 +199,17 @@ def units_df(spark):
     return spark.createDataFrame(rows, ["u", *FEATURES, "y", "item", "id"]).cache()
 
 
-def _release(case, df, tmp_path, *, m, neighbors):
-    sampler = RecordingSampler()
+def _release(case, df, tmp_path, *, m, neighbors, sampler=None):
+    sampler = sampler or RecordingSampler()
     tag = f"{case.name.replace('/', '_').replace(' ', '_').replace('+', '_')}-m{m}-{neighbors}"
     dp = DPSession(f"ds-{tag}", ledger=f"sqlite:///{tmp_path}/{tag}.db", epsilon_limit=1e6, delta_limit=0.5,
                    output=str(tmp_path / tag), sampler=sampler)
     rel = case.call(dp, df, privacy_unit="u", max_rows_per_unit=m, neighbors=neighbors)
     assert rel.privacy["privacy_unit"] == "u"
     assert (rel.privacy.get("max_rows_per_unit") or rel.privacy.get("max_items_per_unit")) == m
+    if case.later_draws is not None:
+        case.later_draws(sampler, neighbors, m)
+        sampler.draws[1:] = []  # the rest of the checks compare the first draw (M2) across m
     return rel, sampler.draws
 
 
@@ -202,7 +234,7 @@ def test_noise_scale_grows_with_the_per_unit_bound(case, units_df, tmp_path):
         # 2. the sampler's draws, one by one
         assert len(draws1) == len(draws4) > 0
         for i, ((k1, sc1, d1, _), (k4, sc4, d4, _)) in enumerate(zip(draws1, draws4, strict=True)):
-            f = case.draw_factors(i) if case.draw_factors else (factors[i % len(factors)] if len(factors) > 1 else factors[0])
+            f = factors[i % len(factors)] if len(factors) > 1 else factors[0]
             assert k1 == k4
             assert sc4 / sc1 == pytest.approx(f, rel=1e-9), f"{case.name} {neighbors}: draw {i} scale"
             assert d4 / d1 == pytest.approx(f, rel=1e-9), f"{case.name} {neighbors}: draw {i} sensitivity"

@@ -429,7 +429,8 @@ def _whitened_rows(session, source, *, release_id, request, extra, mechanism, pr
 
     privacy = {
         "sensitivity": {"second_moment": plan.sensitivity,
-                        "power_passes": "sqrt(L)*B_y^3 per row, B_y = ||W||_op * B from the released M2"},
+                        "power_passes": "f*m*sqrt(L)*B_y^3 per unit (f = 1 add/remove, 2 replace; m rows per "
+                                        "unit), B_y = ||W||_op * B from the released M2"},
         "noise": "gaussian", "second_moment_sigma": plan.sigma, "norm_bound": norm_bound,
         "privacy_unit": source.privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit, "whiten": True,
     }
