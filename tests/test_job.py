@@ -103,7 +103,13 @@ def test_job_releases_then_reuses(spark, tmp_path, capsys):
     assert _charges(tmp_path) == 1
 
     assert cli_main(["ledger", "--uri", f"sqlite:///{tmp_path}/ledger.db", "--dataset", "t.points"]) == 0
-    assert "t.points" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "t.points" in out and "privacy unit" in out
+    # the dataset's privacy unit, m and relation, fixed by its first release (issue #12)
+    assert out.splitlines()[1].split()[-3:] == ["row", "1", "add_remove"]
+    assert cli_main(["ledger", "--uri", f"sqlite:///{tmp_path}/ledger.db", "--dataset", "t.points", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["privacy_unit"], row["max_per_unit"], row["neighbors"]) == ("row", 1, "add_remove")
 
 
 def test_empty_input_releases_noise(spark, tmp_path, capsys):
