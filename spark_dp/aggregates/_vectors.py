@@ -8,16 +8,17 @@ which the kernels then treat under the declared ``nonfinite`` policy.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from spark_dp.aggregates._bounding import keep_rows_per_unit
 from spark_dp.errors import ConfigError, SchemaError
 
 VECTOR_COL = "__spark_dp_x"
+_UNIT_COL = "__spark_dp_unit"
 NONFINITE_POLICIES = ("drop", "zero")
 _NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType)
 
@@ -40,6 +41,7 @@ def vectorize(
     dimension: int | None = None,
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
+    selection_secret: int | None = None,
 ) -> tuple[DataFrame, int]:
     """Returns ``(frame, d)``: a frame of one ``array<double>`` column of length d.
 
@@ -54,13 +56,18 @@ def vectorize(
         dimension: d for an array or vector column (the schema does not say
             it, and taking it from the data would fail on empty inputs).
         privacy_unit: column whose values identify a privacy unit; each unit
-            keeps at most ``max_rows_per_unit`` rows, chosen uniformly at
-            random. Rows with a null unit form one unit together.
+            keeps min(m, its row count) rows, chosen pseudo-randomly by a
+            keyed hash of the unit and the row's vector
+            (:mod:`spark_dp.aggregates._bounding`): the choice is stable
+            when Spark recomputes the frame. Rows with a null unit form one
+            unit together.
         max_rows_per_unit: the contribution bound m.
+        selection_secret: the key of that hash; None (the default) draws a
+            fresh one from OS entropy for this frame. Never log it.
     """
     return vector_frame(
         df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,
-        _normalize=True,
+        selection_secret=selection_secret, _normalize=True,
     )
 
 
@@ -71,6 +78,7 @@ def vector_frame(
     dimension: int | None = None,
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
+    selection_secret: int | None = None,
     _normalize: bool = False,
 ) -> tuple[DataFrame, int]:
     """Like :func:`vectorize`, without the JVM-side normalisation of bad rows.
@@ -82,7 +90,9 @@ def vector_frame(
     Skipping ``when(size(x) = d, …)`` and per-element ``coalesce`` in the JVM
     saves a projection that copies every array.
 
-    Schema problems raise here, before any Spark job.
+    Schema problems raise here, before any Spark job. ``privacy_unit``,
+    ``max_rows_per_unit`` and ``selection_secret`` as for :func:`vectorize`
+    (the selection hashes this frame's vector, as the kernels receive it).
     """
     if isinstance(columns, str) or not columns:
         raise ConfigError(f"The 'columns' parameter must be a non-empty list of column names. Got {columns!r} instead.")
@@ -127,10 +137,13 @@ def vector_frame(
             raise ConfigError(
                 f"The 'max_rows_per_unit' parameter must be an int in the range [1, inf). Got {max_rows_per_unit!r} instead."
             )
-        # Contribution bounding: keep at most m rows per unit, chosen at random
-        # (the seed is fresh OS entropy: the choice must not be predictable).
-        w = Window.partitionBy(F.col(privacy_unit)).orderBy(F.rand(secrets.randbits(63)))
-        df = df.withColumn("__spark_dp_rank", F.row_number().over(w)).where(F.col("__spark_dp_rank") <= max_rows_per_unit)
+        # Contribution bounding: keep at most m rows per unit, ranked by a keyed
+        # hash of (secret, unit, vector) with the vector as tie-break, so that a
+        # recomputed frame keeps the same rows (see _bounding). The secret is
+        # drawn here, once per frame: every pass over a cached frame shares it.
+        rows = df.select(F.col(privacy_unit).alias(_UNIT_COL), arr.alias(VECTOR_COL))
+        rows = keep_rows_per_unit(rows, _UNIT_COL, [VECTOR_COL], max_rows_per_unit, secret=selection_secret)
+        return rows.select(VECTOR_COL), d
     return df.select(arr.alias(VECTOR_COL)), d
 
 

@@ -9,7 +9,9 @@ The build is pure Spark SQL (no Python UDFs, no RDDs, Spark Connect-safe):
    ``string``; optional weight → double clipped to [−1, 1] (non-finite weights
    follow the ``nonfinite`` policy); null items follow the ``nulls`` policy;
 2. contribution bounding: at most ``max_items_per_unit`` rows per privacy
-   unit, chosen uniformly at random (fresh OS entropy);
+   unit, ranked by a keyed hash of (secret, unit, item, weight) with a fresh
+   secret per table (:mod:`spark_dp.aggregates._bounding`: the choice is
+   pseudo-random yet stable when Spark recomputes the rows);
 3. optionally pre-sum weights per item (per (unit, item) with a unit), which
    shrinks skewed inputs before the k-fold expansion;
 4. per repetition i: bucket = pmod(xxhash64(sᵢ, item), b) and
@@ -48,7 +50,6 @@ exactly representable partial sums (summation order); counts are exact.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -58,6 +59,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from spark_dp.aggregates._bounding import keep_rows_per_unit
 from spark_dp.errors import ConfigError, SchemaError
 
 ITEM = "__sk_item"
@@ -598,6 +600,7 @@ def prepare_items(
     nonfinite: str = "drop",
     privacy_unit: str | None = None,
     max_items_per_unit: int = 1,
+    selection_secret: int | None = None,
 ) -> tuple[DataFrame, str]:
     """Steps 1–2: normalised (item, weight[, unit]) rows after contribution bounding.
 
@@ -609,7 +612,11 @@ def prepare_items(
         nulls: ``item`` (a null item is an item of its own) or ``drop``.
         nonfinite: ``drop`` or ``zero`` for null/NaN/±inf weights.
         privacy_unit: optional unit column; rows with a null unit form one unit.
-        max_items_per_unit: rows kept per unit (chosen at random).
+        max_items_per_unit: m; each unit keeps min(m, its row count) rows,
+            chosen pseudo-randomly by a keyed hash of the unit and the
+            normalised (item, weight) (:mod:`spark_dp.aggregates._bounding`).
+        selection_secret: the key of that hash; None (the default) draws a
+            fresh one from OS entropy for this frame. Never log it.
 
     Returns:
         ``(frame, kind)`` with columns ITEM, WEIGHT (and UNIT with a unit).
@@ -649,9 +656,10 @@ def prepare_items(
             raise ConfigError(
                 f"The 'max_items_per_unit' parameter must be an int in the range [1, inf). Got {max_items_per_unit!r} instead."
             )
-        win = Window.partitionBy(F.col(UNIT)).orderBy(F.rand(secrets.randbits(63)))
-        out = out.withColumn("__sk_rank", F.row_number().over(win)).where(F.col("__sk_rank") <= max_items_per_unit)
-        out = out.drop("__sk_rank")
+        # Ranked by a keyed hash of (secret, unit, item, weight), the normalised
+        # values the table uses, with (item, weight) as tie-break: a recomputed
+        # frame keeps the same rows (see _bounding).
+        out = keep_rows_per_unit(out, UNIT, [ITEM, WEIGHT], max_items_per_unit, secret=selection_secret)
     return out, kind
 
 
