@@ -194,7 +194,8 @@ def count_sketch(
         weight: optional numeric column; each row adds its weight clipped to
             [−1, 1] (default: 1 per row).
         privacy_unit: unit column (default: each row is a unit).
-        max_items_per_unit: m, rows kept per unit (chosen at random).
+        max_items_per_unit: m, rows kept per unit (chosen by a keyed hash of the unit and the row's content:
+            pseudo-random, and the same if Spark recomputes the frame).
         unit_clipping: ``l1`` (Δ from m) or ``sketch_l2``: clip each unit's
             per-repetition contribution to L2 ≤ ``unit_l2_bound`` (default √m).
         nulls: ``item`` (a null item is counted as an item of its own) or
@@ -477,7 +478,8 @@ def count_sketch(
     policies = {
         "nulls": "a null item is an item of its own" if nulls == "item" else "rows with a null item are dropped",
         "weights": f"clipped to [-1, 1] per row; non-finite weights: {nonfinite}" if weight else "each row counts 1",
-        "contribution_bounding": f"at most {max_items_per_unit} rows per unit, chosen at random" if privacy_unit else None,
+        "contribution_bounding": (f"at most {max_items_per_unit} rows per unit, chosen by a keyed hash of (secret, "
+                                  "unit, content)") if privacy_unit else None,
         "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
         "domain": "items outside the public domain are not counted" if mechanism == "histogram" else None,
     }
