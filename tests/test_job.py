@@ -234,3 +234,24 @@ def test_kill_after_charge_on_the_postgres_ledger(spark, tmp_path, capsys, postg
     assert cli_main(["release", path]) == 2
     assert "charge stands" in capsys.readouterr().err
     assert open_ledger(uri).status("t.points")[0].releases == 1
+
+
+def test_a_job_for_another_privacy_unit_is_refused_before_spark(spark, tmp_path, capsys):
+    """The dataset's first release fixes its privacy unit; a config for another unit fails cleanly (issue #12)."""
+    _write_data(tmp_path / "data.parquet")
+    table = pq.read_table(tmp_path / "data.parquet")
+    pq.write_table(table.append_column("user", pa.array([f"u{i % 7}" for i in range(table.num_rows)])),
+                    tmp_path / "data.parquet")
+    first = _config(tmp_path, **{"dataset.privacy_unit": "user", "dataset.max_rows_per_unit": 3})
+    assert cli_main(["release", _write_config(tmp_path, first)]) == 0
+    capsys.readouterr()
+    for i, over in enumerate(({"dataset.privacy_unit": _DELETE, "dataset.max_rows_per_unit": _DELETE},
+                              {"privacy.neighbors": "replace"})):
+        cfg = _config(tmp_path, release_id=f"job-other-{i}", **{"dataset.privacy_unit": "user", **over})
+        assert cli_main(["release", _write_config(tmp_path, cfg, name=f"other{i}.yaml")]) == 2
+        err = capsys.readouterr().err
+        assert "declared in the ledger by its first release" in err and err.count("\n") == 1
+        assert _charges(tmp_path) == 1 and _written(tmp_path) == ["job-001"]
+    same_unit = _config(tmp_path, release_id="job-002", **{"dataset.privacy_unit": "user"})  # m = 1: covered
+    assert cli_main(["release", _write_config(tmp_path, same_unit, name="same.yaml")]) == 0
+    assert _charges(tmp_path) == 2

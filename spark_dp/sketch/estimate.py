@@ -483,15 +483,6 @@ def _connect_ancestors(plan: Any) -> set[int]:
     return seen
 
 
-def _classic_shares_leaf(candidates: DataFrame, df: DataFrame) -> bool:
-    """Classic Spark: a leaf (e.g. the LocalRelation of an in-memory frame, with its attribute ids) of
-    ``df``'s analysed plan is also a leaf of ``candidates``' — which is then derived from ``df``."""
-    ja, jb = candidates._jdf.queryExecution().analyzed(), df._jdf.queryExecution().analyzed()
-    la, lb = ja.collectLeaves(), jb.collectLeaves()
-    leaves_b = [lb.apply(i) for i in range(lb.size())]
-    return any(la.apply(i).equals(x) for i in range(la.size()) for x in leaves_b)
-
-
 def check_candidates_frame(candidates: DataFrame, df: DataFrame, *, param: str = "candidates",
                            owner: str = "count_sketch") -> None:
     """Refuses a candidate DataFrame that is the sketched DataFrame, reads its files, or is derived from it.
@@ -499,11 +490,12 @@ def check_candidates_frame(candidates: DataFrame, df: DataFrame, *, param: str =
     Checks (no Spark job; ``inputFiles`` lists files, works on classic Spark and
     Spark Connect): the same object; the same plan (``sameSemantics``); a
     shared input file (after resolving ``file:`` URIs and symlinks); and
-    whether ``candidates`` is built on ``df`` (this is what catches derived
-    in-memory frames, which have no files) — ``df``'s client plan inside the
-    candidates' on Spark Connect, a shared leaf of the analysed plans (same
-    attribute ids) on classic Spark. A candidate frame built from a copy of
-    the private rows cannot be recognised: candidates must be public.
+    whether ``candidates`` is built on ``df`` on Spark Connect (``df``'s
+    client plan inside the candidates', pure Python). On classic Spark a frame
+    derived from an in-memory (file-less) sketched frame cannot be recognised
+    without the JVM, which library code does not touch; frames over files are
+    caught by their input files on both. A candidate frame built from a copy
+    of the private rows cannot be recognised either: candidates must be public.
 
     Raises:
         ConfigError: naming ``param``.
@@ -529,8 +521,6 @@ def check_candidates_frame(candidates: DataFrame, df: DataFrame, *, param: str =
     try:
         if type(df).__module__.startswith("pyspark.sql.connect"):
             derived = id(df._plan) in _connect_ancestors(candidates._plan)
-        elif hasattr(candidates, "_jdf") and hasattr(df, "_jdf"):  # classic
-            derived = _classic_shares_leaf(candidates, df)
     except Exception:  # noqa: BLE001 - private plan APIs changed: fall back to the checks above
         derived = False
     if derived:
