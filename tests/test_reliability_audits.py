@@ -538,30 +538,34 @@ def ip_black(tmp, under):
     return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, expected_sensitivity=1.0)
 
 
-def m2_white(tmp, under):
+def m2_white(tmp, under, m=1, mode="fresh"):
+    """M2 of the whitened release; m rows per unit needs mode 'reuse' (k(R+1) = 8 sequential batches)."""
     d, k, L, R, b = 14, 2, 8, 3, 1.2
-    plan = whitened_rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=b, mode="fresh")
+    plan = whitened_rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=b, mode=mode, max_rows_per_unit=m)
     rec = Recorder(HalvedSampler() if under else NumpySampler())
     cp = charged(tmp, plan.events, rec)
     zeros = lambda U, p: (np.zeros((d, U.shape[1])), np.zeros(U.shape[1]), 0.0)  # noqa: E731
     private_whitened_power_method(zeros, np.diag(np.arange(1.0, d + 1)) * 50, k=k, L=L, R=R, plan=plan,
-                                  chokepoint=cp, rng=np.random.default_rng(2), norm_bound=b, mode="fresh")
+                                  chokepoint=cp, rng=np.random.default_rng(2), norm_bound=b, mode=mode,
+                                  max_rows_per_unit=m)
     assert not cp.unused_events
-    return chi2_variance_pvalue(rec.noise[0], math.sqrt(2) * Z1 * b**2)  # 2 releases (M2 + one fresh batch)
+    releases = 2 if mode == "fresh" else 1 + k * (R + 1)  # M2 + one fresh batch, or M2 + every reuse batch
+    return chi2_variance_pvalue(rec.noise[0], math.sqrt(releases) * Z1 * m * b**2)
 
 
-def m2_black(tmp, under):
+def m2_black(tmp, under, m=1, mode="fresh"):
+    """D and D' differ in one unit of m rows B·e₁: the upper triangle of M2 moves by m·B²."""
     d, k, L, R = 3, 1, 1, 1
-    plan = whitened_rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=B, mode="fresh")
+    plan = whitened_rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=B, mode=mode, max_rows_per_unit=m)
     g0 = np.diag([3.0, 2.0, 1.0])
-    grams = (g0, g0 + B**2 * np.diag([1.0, 0.0, 0.0]))
+    grams = (g0, g0 + m * B**2 * np.diag([1.0, 0.0, 0.0]))
     zeros = lambda U, p: (np.zeros((d, U.shape[1])), np.zeros(U.shape[1]), 0.0)  # noqa: E731
 
     def run(w, cp_for):
         private_whitened_power_method(zeros, grams[w], k=k, L=L, R=R, plan=plan, chokepoint=cp_for(plan.events),
-                                      rng=np.random.default_rng(2), norm_bound=B, mode="fresh")
+                                      rng=np.random.default_rng(2), norm_bound=B, mode=mode, max_rows_per_unit=m)
 
-    return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, expected_sensitivity=B**2,
+    return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, expected_sensitivity=m * B**2,
                               n=N_COMPOSED)
 
 
@@ -615,6 +619,37 @@ def sketch_black(mech):
         return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, expected_sensitivity=sens)
 
     return black
+
+
+K_L2, B_L2, M_L2 = 5, 30, 4
+C_L2 = math.sqrt(M_L2)  # the default per-unit L2 bound C = √m (unit_clipping: sketch_l2)
+
+
+def sketch_l2_white(tmp, under):
+    plan = plan_sketch("private_count_sketch", epsilon=EPS, delta=DELTA, repetitions=K_L2, max_items_per_unit=M_L2,
+                       unit_l2_bound=C_L2)
+    cp = charged(tmp, plan.events, HalvedSampler() if under else NumpySampler())
+    noise = release_table(plan, np.zeros((K_L2, B_L2)), cp)
+    assert not cp.unused_events
+    return chi2_variance_pvalue(noise, Z1 * math.sqrt(K_L2) * C_L2)  # Δ₂ = √k·C
+
+
+def sketch_l2_black(tmp, under):
+    """One unit of 4 rows on 4 distinct buckets per repetition, ±1 each: per repetition L2 = 2 = C exactly."""
+    plan = plan_sketch("private_count_sketch", epsilon=EPS, delta=DELTA, repetitions=K_L2, max_items_per_unit=M_L2,
+                       unit_l2_bound=C_L2)
+    rng = np.random.default_rng(8)
+    t0 = rng.integers(-10, 10, size=(K_L2, B_L2)).astype(float)
+    t1 = t0.copy()
+    for i in range(K_L2):
+        t1[i, rng.choice(B_L2, size=M_L2, replace=False)] += rng.choice([-1.0, 1.0], size=M_L2)
+    tables = (t0, t1)
+
+    def run(w, cp_for):
+        release_table(plan, tables[w], cp_for(plan.events))
+
+    return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp,
+                              expected_sensitivity=math.sqrt(K_L2) * C_L2)
 
 
 L_DY, K_DY, B_DY, M_DY = 4, 3, 20, 4
@@ -824,8 +859,17 @@ ROWS = [
         adassp_m4_white(2), adassp_m4_black(2), "χ² on 240 draws (3 releases)", N6, HALF),
     Row("tensor", "row pass (reuse) m=4", G1 + " over k(R+1)", single_release_epsilon(Z_REUSE), DELTA,
         rowpass_m4_white, rowpass_m4_black, "χ² on 104 draws (6 batches)", N6 + " (K = 2)", HALF),
+    Row("tensor", "whitening M2 (reuse) m=4", G1 + " with the passes", single_release_epsilon(math.sqrt(3) * Z1),
+        DELTA, functools.partial(m2_white, m=M4, mode="reuse"), functools.partial(m2_black, m=M4, mode="reuse"),
+        "χ² on 105 upper-triangle draws", N6 + " (3 releases)", HALF),
+    Row("sketch", "private_count_sketch sketch_l2 m=4", G1, EPS, DELTA, sketch_l2_white, sketch_l2_black,
+        "χ² on 150 counters", N3, HALF),
 ]
-IDS = [f"{r.family}:{r.name}".replace("=", "") for r in ROWS]
+def row_id(r: Row) -> str:
+    return f"{r.family}:{r.name}".replace("=", "")  # '=' would break pytest's -k expressions
+
+
+IDS = [row_id(r) for r in ROWS]
 
 
 @pytest.fixture(scope="module")
@@ -837,12 +881,12 @@ def audit_dir(tmp_path_factory):
 
 
 def _record(row, **kw):
-    RESULTS.setdefault(f"{row.family}:{row.name}", {"row": row}).update(kw)
+    RESULTS.setdefault(row_id(row), {"row": row}).update(kw)
 
 
 def test_the_table_covers_every_release_shape():
     names = {(r.family, r.name) for r in ROWS}
-    assert len(names) == len(ROWS) == 24  # JL audited for both projections; 6 rows at m = 4 (sketches: all rows)
+    assert len(names) == len(ROWS) == 26  # JL audited for both projections; 8 rows at m = 4 (sketches: all rows)
     assert {r.family for r in ROWS} == {"second_moment", "tensor", "sketch"}
 
 
