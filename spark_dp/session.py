@@ -15,11 +15,8 @@ return it) → dry-run the budget → exact aggregate on Spark → charge the le
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -35,13 +32,9 @@ from spark_dp.privacy import Budget, Chokepoint, NoiseSampler, make_sampler, ope
 from spark_dp.privacy.events import Event, event_to_dict
 from spark_dp.privacy.ledger import DatasetStatus, UnitDeclaration
 from spark_dp.release import MANIFEST_SCHEMA_VERSION, Release, load_release, write_release
+from spark_dp.release.ids import canonical_sha256, check_release_id, new_release_id
 
 log = logging.getLogger("spark_dp")
-
-
-def canonical_sha256(obj: Any) -> str:
-    """SHA-256 of the canonical JSON of ``obj`` (sorted keys, no spaces)."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
 def unit_of(privacy: dict[str, Any]) -> UnitDeclaration:
@@ -175,11 +168,7 @@ class DPSession:
             extra: further manifest fields (``params``, ``columns``, ``policies``…).
             config_sha256: digest of the job config, if run from one.
         """
-        if release_id is not None:
-            V.check_str("release_id", release_id, owner=task)
-            if os.sep in release_id or release_id.startswith("."):
-                raise ConfigError(f"The 'release_id' parameter must not contain {os.sep!r} or start with '.'. Got {release_id!r} instead.")
-        rid = release_id or f"{task}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        rid = new_release_id(task) if release_id is None else check_release_id(release_id, owner=task)
         request_sha = canonical_sha256(request)
 
         existing = self.ledger.lookup(rid)

@@ -19,7 +19,7 @@ from spark_dp.aggregates import FORMATS, NONFINITE_POLICIES
 from spark_dp.aggregates.sources import TABLE, check_path_exists, check_table_name
 from spark_dp.errors import ConfigError
 from spark_dp.cli.tasks import tasks
-from spark_dp.session import canonical_sha256
+from spark_dp.release.ids import canonical_sha256, check_release_id
 
 OWNER = "the config"
 TOP_KEYS = ("release_id", "dataset", "task", "mechanism", "privacy", "params", "ledger", "output")
@@ -259,9 +259,7 @@ class JobConfig:
         )
         release_id = raw.get("release_id")
         if release_id is not None:
-            release_id = V.check_str("release_id", release_id, owner=OWNER)
-            if "/" in release_id or os.sep in release_id or release_id.startswith("."):
-                raise ConfigError(f"The 'release_id' parameter must not contain '/' or start with '.'. Got {release_id!r} instead.")
+            release_id = check_release_id(release_id, owner=OWNER)
         if check_paths and dataset.format != TABLE:
             check_path_exists(dataset.path)
         config = cls(release_id, dataset, task, mechanism, privacy, dict(params), ledger, output, canonical_sha256(raw))

@@ -35,7 +35,6 @@ release with public candidates.
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -46,6 +45,7 @@ from spark_dp.errors import ConfigError
 from spark_dp.privacy.accountant import compose_epsilon
 from spark_dp.privacy.events import event_from_dict
 from spark_dp.release import MANIFEST_SCHEMA_VERSION, Release, load_release, write_release
+from spark_dp.release.ids import check_release_id, new_release_id
 
 
 def merge_sketches(
@@ -121,7 +121,8 @@ def merge_sketches(
         heavy = _redecode(parts, arrays, privacy)
     else:
         heavy = _defaults_only(parts)
-    rid = release_id or f"count_sketch-merged-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    rid = new_release_id("count_sketch-merged") if release_id is None else check_release_id(release_id,
+                                                                                           owner="merge_sketches")
     manifest = {
         "schema_version": MANIFEST_SCHEMA_VERSION, "release_id": rid, "dataset_id": first["dataset_id"],
         "task": "count_sketch", "mechanism": first["mechanism"], "columns": first.get("columns"),

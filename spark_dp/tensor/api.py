@@ -481,18 +481,13 @@ def _public_release(session, release_id, request, extra, mechanism, run, config_
     On rows (``request`` has ``columns``) the release id starts with
     ``nonprivate-`` and the release is written under ``<output>/nonprivate/``.
     """
-    import uuid
     from datetime import UTC, datetime
 
     from spark_dp._version import __version__
     from spark_dp.release import MANIFEST_SCHEMA_VERSION
-    from spark_dp.session import canonical_sha256
+    from spark_dp.release.ids import canonical_sha256, check_release_id, new_release_id
 
-    if release_id is not None:
-        V.check_str("release_id", release_id, owner=OWNER)
-        if os.sep in release_id or release_id.startswith("."):
-            raise ConfigError(f"The 'release_id' parameter must not contain {os.sep!r} or start with '.'. Got {release_id!r} instead.")
-    rid = release_id or f"tensor_decomposition-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    rid = new_release_id("tensor_decomposition") if release_id is None else check_release_id(release_id, owner=OWNER)
     on_rows = "columns" in request
     root = session.output
     if on_rows:
