@@ -15,14 +15,15 @@ return it) → dry-run the budget → exact aggregate on Spark → charge the le
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from pyspark.sql import DataFrame
 
 from spark_dp import _validation as V
 from spark_dp._faults import fault_point
@@ -33,8 +34,26 @@ from spark_dp.privacy.events import Event, event_to_dict
 from spark_dp.privacy.ledger import DatasetStatus, UnitDeclaration
 from spark_dp.release import MANIFEST_SCHEMA_VERSION, Release, load_release, write_release
 from spark_dp.release.ids import canonical_sha256, check_release_id, new_release_id
+from spark_dp.second_moment.api import linear_regression as _linear_regression
+from spark_dp.second_moment.api import pca as _pca
+from spark_dp.second_moment.api import second_moment as _second_moment
+from spark_dp.sketch.api import count_sketch as _count_sketch
+from spark_dp.tensor.api import tensor_decomposition as _tensor_decomposition
 
 log = logging.getLogger("spark_dp")
+
+
+def _as_method(fn: Callable[..., Release]) -> Callable[..., Release]:
+    """``fn(session, ...)`` as a DPSession method with ``fn``'s own signature and docstring (help(), IDEs)."""
+
+    @functools.wraps(fn)
+    def method(self: DPSession, *args: Any, **kwargs: Any) -> Release:
+        return fn(self, *args, **kwargs)
+
+    sig = inspect.signature(fn)
+    first, *rest = sig.parameters.values()
+    method.__signature__ = sig.replace(parameters=[first.replace(name="self"), *rest])  # type: ignore[attr-defined]
+    return method
 
 
 def unit_of(privacy: dict[str, Any]) -> UnitDeclaration:
@@ -99,36 +118,12 @@ class DPSession:
         rows = self.ledger.status(self.dataset_id)
         return rows[0] if rows else None
 
-    # -- tasks (each family's API lives in its package) ---------------------
-    def second_moment(self, df: DataFrame, columns: Sequence[str], **kwargs: Any) -> Release:
-        """A private second-moment matrix; see :func:`spark_dp.second_moment.api.second_moment`."""
-        from spark_dp.second_moment.api import second_moment
-
-        return second_moment(self, df, columns, **kwargs)
-
-    def linear_regression(self, df: DataFrame, columns: Sequence[str], label: str, **kwargs: Any) -> Release:
-        """Private OLS/ridge coefficients; see :func:`spark_dp.second_moment.api.linear_regression`."""
-        from spark_dp.second_moment.api import linear_regression
-
-        return linear_regression(self, df, columns, label, **kwargs)
-
-    def pca(self, df: DataFrame, columns: Sequence[str], k: int, **kwargs: Any) -> Release:
-        """Private top-k principal components; see :func:`spark_dp.second_moment.api.pca`."""
-        from spark_dp.second_moment.api import pca
-
-        return pca(self, df, columns, k, **kwargs)
-
-    def count_sketch(self, df: DataFrame, column: str, **kwargs: Any) -> Release:
-        """A private CountSketch (or baseline sketch); see :func:`spark_dp.sketch.api.count_sketch`."""
-        from spark_dp.sketch.api import count_sketch
-
-        return count_sketch(self, df, column, **kwargs)
-
-    def tensor_decomposition(self, data: Any, **kwargs: Any) -> Release:
-        """A (private) symmetric tensor decomposition; see :func:`spark_dp.tensor.api.tensor_decomposition`."""
-        from spark_dp.tensor.api import tensor_decomposition
-
-        return tensor_decomposition(self, data, **kwargs)
+    # -- tasks: the family functions, bound with their real signatures -------
+    second_moment = _as_method(_second_moment)
+    linear_regression = _as_method(_linear_regression)
+    pca = _as_method(_pca)
+    count_sketch = _as_method(_count_sketch)
+    tensor_decomposition = _as_method(_tensor_decomposition)
 
     # -- the one release path -------------------------------------------------
     def run_release(
