@@ -31,6 +31,7 @@ from spark_dp._version import __version__
 from spark_dp.errors import ConfigError, ReleaseConflictError
 from spark_dp.privacy import Budget, Chokepoint, NoiseSampler, make_sampler, open_ledger
 from spark_dp.privacy.events import Event, event_to_dict
+from spark_dp.privacy.noise import SAMPLERS
 from spark_dp.privacy.ledger import DatasetStatus, UnitDeclaration
 from spark_dp.release import MANIFEST_SCHEMA_VERSION, Release, load_release, write_release
 from spark_dp.release.ids import canonical_sha256, check_release_id, new_release_id
@@ -108,7 +109,7 @@ class DPSession:
             )
         self.output = V.check_str("output", output, owner=owner)
         if isinstance(sampler, str):
-            V.check_option("sampler", sampler, ("secure", "numpy"), owner=owner)
+            V.check_option("sampler", sampler, SAMPLERS, owner=owner)
         self.sampler = make_sampler(sampler)
         self.ledger = open_ledger(self.ledger_uri)
 

@@ -19,6 +19,7 @@ from spark_dp.aggregates import FORMATS, NONFINITE_POLICIES
 from spark_dp.aggregates.sources import TABLE, check_path_exists, check_table_name
 from spark_dp.errors import ConfigError
 from spark_dp.cli.tasks import tasks
+from spark_dp.privacy.noise import SAMPLERS
 from spark_dp.release.ids import canonical_sha256, check_release_id
 
 OWNER = "the config"
@@ -216,7 +217,7 @@ class JobConfig:
             norm_bound=None if pv.get("norm_bound") is None else V.check_real(
                 "privacy.norm_bound", pv["norm_bound"], owner=OWNER, low=0, low_open=True),
             neighbors=V.check_option("privacy.neighbors", pv.get("neighbors", "add_remove"), spec.neighbors, owner=OWNER),
-            sampler=V.check_option("privacy.sampler", pv.get("sampler", "secure"), ("secure", "numpy"), owner=OWNER),
+            sampler=V.check_option("privacy.sampler", pv.get("sampler", "secure"), SAMPLERS, owner=OWNER),
             extra={k: check(f"privacy.{k}", pv[k]) for k, check in spec.privacy_keys.items() if pv.get(k) is not None},
         )
 

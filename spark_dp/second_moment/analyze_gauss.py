@@ -30,9 +30,10 @@ import math
 import numpy as np
 
 from spark_dp.errors import ConfigError
+from spark_dp.second_moment._postprocess import POSTPROCESS  # noqa: F401 - re-exported (the API validates with it)
+from spark_dp.second_moment._postprocess import postprocess_matrix as _postprocess_matrix
 from spark_dp.privacy import Chokepoint, GaussianEvent, gaussian_noise_multiplier, second_moment_l2_sensitivity
 
-POSTPROCESS = ("none", "psd", "shift")
 CALIBRATIONS = ("exact", "paper")
 PAPER_FORMULA = "paper: sigma = Delta sqrt(2 ln(2/delta))/epsilon (Sheffet Sec. 2, the Analyze Gauss baseline)"
 
@@ -98,13 +99,6 @@ def analyze_gauss(
 
 
 def postprocess_matrix(matrix: np.ndarray, how: str, *, sigma: float) -> np.ndarray:
-    """Post-processing of a noisy symmetric matrix (no privacy cost)."""
-    if how == "none":
-        return matrix
-    if how == "psd":
-        w, v = np.linalg.eigh(matrix)
-        return (v * np.clip(w, 0.0, None)) @ v.T
-    if how == "shift":
-        d = matrix.shape[0]
-        return matrix + 2.0 * sigma * math.sqrt(d) * np.eye(d)
-    raise ValueError(f"unknown postprocess {how!r}; expected one of {list(POSTPROCESS)}")
+    """Analyze Gauss's post-processing (no privacy cost): ``shift`` adds c·I with c = 2σ√d; ``psd``
+    projects the release as drawn (:mod:`spark_dp.second_moment._postprocess`)."""
+    return _postprocess_matrix(matrix, how, shift=2.0 * sigma * math.sqrt(matrix.shape[0]), psd_after_shift=False)

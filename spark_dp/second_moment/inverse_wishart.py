@@ -40,6 +40,7 @@ from scipy import linalg
 
 from spark_dp.privacy import Chi2ProfileEvent, Chokepoint, EpsilonDeltaEvent
 from spark_dp.privacy.chi2_profile import add_remove_target, calibrate_a_max
+from spark_dp.second_moment._postprocess import postprocess_matrix
 
 
 def posterior_dof(public_n: int, prior_dof: int) -> int:
@@ -86,9 +87,5 @@ def inverse_wishart(
     t = linalg.solve_triangular(chol_g, chol_sigma.T, lower=True)
     out = (dof - d - 1) * (t.T @ t)
     out = 0.5 * (out + out.T)
-    if postprocess in ("shift", "psd"):
-        out = out - w**2 * np.eye(d)
-    if postprocess == "psd":
-        vals, vecs = np.linalg.eigh(out)
-        out = (vecs * np.clip(vals, 0.0, None)) @ vecs.T
-    return out
+    # Post-processing: shift subtracts the ridge w²·I; psd projects after it.
+    return postprocess_matrix(out, postprocess, shift=-(w**2), psd_after_shift=True)

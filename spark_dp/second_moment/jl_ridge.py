@@ -49,6 +49,7 @@ import numpy as np
 
 from spark_dp.privacy import Chi2ProfileEvent, Chokepoint, EpsilonDeltaEvent
 from spark_dp.privacy.chi2_profile import add_remove_target, calibrate_a_max
+from spark_dp.second_moment._postprocess import postprocess_matrix
 
 CALIBRATIONS = ("exact", "paper")
 PROJECTIONS = ("gram", "rows")
@@ -147,10 +148,5 @@ def jl_ridge_from_gram(
 
 
 def _postprocess(out: np.ndarray, w: float, postprocess: str) -> np.ndarray:
-    d = out.shape[0]
-    if postprocess in ("shift", "psd"):
-        out = out - w**2 * np.eye(d)
-    if postprocess == "psd":
-        vals, vecs = np.linalg.eigh(out)
-        out = (vecs * np.clip(vals, 0.0, None)) @ vecs.T
-    return out
+    """``shift`` subtracts the ridge w²·I; ``psd`` projects after it."""
+    return postprocess_matrix(out, postprocess, shift=-(w**2), psd_after_shift=True)

@@ -38,6 +38,7 @@ import numpy as np
 
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Chokepoint, EpsilonDeltaEvent
+from spark_dp.second_moment._postprocess import postprocess_matrix
 
 
 def wishart_min_dof(d: int, epsilon: float, delta: float) -> int:
@@ -97,9 +98,5 @@ def additive_wishart(
     w = wishart_noise(chokepoint, event, d=d, k=k, norm_bound=norm_bound)
     # Step 2: output AᵀA + W.
     out = gram + w
-    if postprocess in ("shift", "psd"):
-        out = out - k * norm_bound**2 * np.eye(d)
-    if postprocess == "psd":
-        vals, vecs = np.linalg.eigh(out)
-        out = (vecs * np.clip(vals, 0.0, None)) @ vecs.T
-    return out
+    # Post-processing: shift subtracts the mean k·B²·I; psd projects after it.
+    return postprocess_matrix(out, postprocess, shift=-(k * norm_bound**2), psd_after_shift=True)
