@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from spark_dp import _validation as V
-from spark_dp._faults import fault_point
 from spark_dp._version import __version__
 from spark_dp.errors import ConfigError, ReleaseConflictError
 from spark_dp.privacy import Budget, Chokepoint, NoiseSampler, make_sampler, open_ledger
@@ -176,12 +175,10 @@ class DPSession:
             sampler=self.sampler, limit=self.limit, unit=unit_of(privacy),
         )
         cp.check(events)  # over budget → raises here, before any Spark work
-        fault_point("after_check")
         exact = compute()
         charge = cp.charge(events, budget)
         log.info("release %s: charged epsilon=%g delta=%g to dataset %s (ledger entry %d)",
                  rid, budget.epsilon, budget.delta, self.dataset_id, charge.seq)
-        fault_point("after_charge")
         arrays = noise(exact, cp)
         del exact
         if cp.unused_events:

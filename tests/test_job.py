@@ -191,9 +191,10 @@ def test_limit_mismatch_is_refused_before_spark(spark, tmp_path, capsys):
 
 
 def _run_job_subprocess(config_path, fault):
-    env = dict(os.environ, SPARK_DP_FAULT=fault, PYTHONPATH=ROOT)
+    """Runs the release job in a subprocess that SIGKILLs itself at ``fault`` (see tests/_crash_job.py)."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("SPARK_REMOTE", None)
-    return subprocess.run([sys.executable, "-m", "spark_dp.cli.main", "release", config_path],
+    return subprocess.run([sys.executable, "-m", "tests._crash_job", fault, "release", config_path],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 

@@ -23,7 +23,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spark_dp._faults import fault_point
 from spark_dp.errors import ReleaseConflictError, SchemaError
 
 MANIFEST = "manifest.json"
@@ -106,7 +105,6 @@ def write_release(release: Release, root: str) -> str:
             fname = f"{name}.parquet"
             pq.write_table(array_to_table(arr), os.path.join(tmp, fname))
             files[name] = {"file": fname, "shape": list(np.shape(arr))}
-            fault_point("during_write")
         manifest = dict(release.manifest)
         manifest["payload"] = files
         with open(os.path.join(tmp, MANIFEST), "w") as fh:
