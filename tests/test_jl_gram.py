@@ -14,24 +14,15 @@ from scipy import stats
 
 from spark_dp.aggregates.jl import jl_block_partial
 from spark_dp.errors import ConfigError
-from spark_dp.privacy import NumpySampler, SeededSampler
+from spark_dp.privacy import NumpySampler
 from spark_dp.second_moment import api, jl_ridge, jl_ridge_plan
 from spark_dp.second_moment.jl_ridge import jl_ridge_from_gram
 from spark_dp.session import DPSession
 from tests._audit import empirical_epsilon
+from tests._samplers import FakeChokepoint
 
 EPS, DELTA, B, R = 1.0, 1e-6, 1.0, 8
 A = np.array([[0.5, 0.1], [0.2, 0.4], [0.1, -0.3]])
-
-
-class _Chokepoint:
-    """Hands out one sampler for any event (the real chokepoint's bookkeeping is tested elsewhere)."""
-
-    def __init__(self, seed):
-        self.sampler = SeededSampler(np.random.default_rng(seed))
-
-    def randomness(self, event):
-        return self.sampler
 
 
 def _rows_release(a, w, cp):
@@ -46,8 +37,8 @@ def _gram_release(a, w, cp):
 def test_gram_draw_has_the_per_row_construction_distribution():
     _, w = jl_ridge_plan(epsilon=EPS, delta=DELTA, norm_bound=B, r=R)
     n = 4000
-    g = np.array([_gram_release(A, w, _Chokepoint(None)) for _ in range(n)])
-    cp_rows = _Chokepoint(2)
+    g = np.array([_gram_release(A, w, FakeChokepoint.seeded(None)) for _ in range(n)])
+    cp_rows = FakeChokepoint.seeded(2)
     rows = np.array([_rows_release(A, w, cp_rows) for _ in range(n)])
     # Same law: every entry (and a quadratic form) two-sample KS against the per-row draws.
     u = np.array([0.6, -0.8])
@@ -59,7 +50,7 @@ def test_gram_draw_has_the_per_row_construction_distribution():
     se = np.sqrt((sigma**2 + np.outer(np.diag(sigma), np.diag(sigma))) / R / n)
     assert np.all(np.abs(g.mean(axis=0) - sigma) < 5 * se)
     # The same KS test catches a release with half the ridge.
-    half = np.array([_gram_release(A, w / 2, _Chokepoint(None))[0, 0] for _ in range(n)])
+    half = np.array([_gram_release(A, w / 2, FakeChokepoint.seeded(None))[0, 0] for _ in range(n)])
     assert stats.ks_2samp(half, rows[:, 0, 0]).pvalue < 1e-6
 
 
@@ -69,7 +60,7 @@ def _neighbour_samples(w, n):
     v = B * vecs[:, 0]
     a1 = np.vstack([A, v])
     u = np.linalg.solve(A.T @ A + w**2 * np.eye(2), v)
-    cp = _Chokepoint(5)
+    cp = FakeChokepoint.seeded(5)
     x0 = np.array([u @ _gram_release(A, w, cp) @ u for _ in range(n)])
     x1 = np.array([u @ _gram_release(a1, w, cp) @ u for _ in range(n)])
     return np.log(x0), np.log(x1)
@@ -85,18 +76,18 @@ def test_black_box_gram_draw():
 
 def test_gram_draw_is_keyed_by_the_sampler_and_post_processes():
     _, w = jl_ridge_plan(epsilon=EPS, delta=DELTA, norm_bound=B, r=R)
-    one = jl_ridge_from_gram(A.T @ A, chokepoint=_Chokepoint(3), event=None, r=R, w=w)
-    same = jl_ridge_from_gram(A.T @ A, chokepoint=_Chokepoint(3), event=None, r=R, w=w)
-    other = jl_ridge_from_gram(A.T @ A, chokepoint=_Chokepoint(4), event=None, r=R, w=w)
+    one = jl_ridge_from_gram(A.T @ A, chokepoint=FakeChokepoint.seeded(3), event=None, r=R, w=w)
+    same = jl_ridge_from_gram(A.T @ A, chokepoint=FakeChokepoint.seeded(3), event=None, r=R, w=w)
+    other = jl_ridge_from_gram(A.T @ A, chokepoint=FakeChokepoint.seeded(4), event=None, r=R, w=w)
     assert np.array_equal(one, same) and not np.allclose(one, other)
     assert np.allclose(one, one.T) and np.all(np.linalg.eigvalsh(one) > 0)
-    shifted = jl_ridge_from_gram(A.T @ A, chokepoint=_Chokepoint(3), event=None, r=R, w=w, postprocess="shift")
+    shifted = jl_ridge_from_gram(A.T @ A, chokepoint=FakeChokepoint.seeded(3), event=None, r=R, w=w, postprocess="shift")
     assert np.allclose(shifted, one - w**2 * np.eye(2))
-    psd = jl_ridge_from_gram(A.T @ A, chokepoint=_Chokepoint(3), event=None, r=R, w=w, postprocess="psd")
+    psd = jl_ridge_from_gram(A.T @ A, chokepoint=FakeChokepoint.seeded(3), event=None, r=R, w=w, postprocess="psd")
     assert np.all(np.linalg.eigvalsh(psd) > -1e-9)
     # A Gram matrix indefinite beyond w² by rounding still releases (symmetric square root).
     bad = np.array([[1.0, 0.0], [0.0, -2 * w**2]])
-    assert np.all(np.isfinite(jl_ridge_from_gram(bad, chokepoint=_Chokepoint(3), event=None, r=R, w=w)))
+    assert np.all(np.isfinite(jl_ridge_from_gram(bad, chokepoint=FakeChokepoint.seeded(3), event=None, r=R, w=w)))
 
 
 @pytest.fixture(scope="module")

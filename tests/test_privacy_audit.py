@@ -12,17 +12,11 @@ import pytest
 from spark_dp.privacy import Budget, Chokepoint, NumpySampler, SecureSampler, SeededSampler, open_ledger
 from spark_dp.second_moment import analyze_gauss, analyze_gauss_plan
 from tests._audit import chi2_variance_pvalue, empirical_epsilon
+from tests._samplers import UnderNoised
 
 EPS, DELTA, B = 1.0, 1e-6, 1.5
 SIGMA_INDEPENDENT = dp_accounting.get_sigma_gaussian(EPS, DELTA) * B**2
 D = 14  # 105 upper-triangle draws per release
-
-
-class HalvedSampler(NumpySampler):
-    """A deliberately under-noised sampler: the audits must catch it."""
-
-    def gaussian(self, values, sigma, l2_sensitivity):
-        return super().gaussian(values, sigma / 2, l2_sensitivity)
 
 
 def _release_zero_matrix(tmp_path, sampler):
@@ -48,7 +42,7 @@ def test_white_box_noise_has_the_claimed_sigma(tmp_path, sampler):
 
 
 def test_white_box_catches_an_under_noised_mechanism(tmp_path):
-    noise = _release_zero_matrix(tmp_path, HalvedSampler())
+    noise = _release_zero_matrix(tmp_path, UnderNoised())
     assert chi2_variance_pvalue(noise, SIGMA_INDEPENDENT) < 1e-6
 
 
@@ -69,5 +63,5 @@ def test_black_box_empirical_epsilon_stays_below_claim(sampler, n):
 
 
 def test_black_box_catches_an_under_noised_mechanism():
-    x0, x1 = _neighbour_projections(HalvedSampler(), 300_000)
+    x0, x1 = _neighbour_projections(UnderNoised(), 300_000)
     assert empirical_epsilon(x0, x1, DELTA) > EPS

@@ -39,42 +39,13 @@ import pytest
 
 from spark_dp import DPSession
 from spark_dp.errors import ConfigError
-from spark_dp.privacy import NoiseSampler, NumpySampler
 from tests._audit import chi2_variance_pvalue, laplace_scale_pvalue
+from tests._samplers import Recorder
 
 EPS, DELTA, B, M = 1.0, 1e-6, 1.0, 4
 ALPHA = 1e-6
 ROOT2 = math.sqrt(2.0)
 N_UNITS, ROWS_PER_UNIT = 40, 6  # every unit holds more than M rows, so the bound binds
-
-
-class RecordingSampler(NoiseSampler):
-    """Numpy noise, recording each additive draw's kind, requested scale, Δ and the noise added."""
-
-    name, private = "numpy", True
-
-    def __init__(self) -> None:
-        self.inner = NumpySampler()
-        self.draws: list[tuple[str, float, float, np.ndarray]] = []
-        self.values: list[np.ndarray] = []
-
-    def gaussian(self, values, sigma, l2_sensitivity):
-        out = self.inner.gaussian(values, sigma, l2_sensitivity)
-        self.draws.append(("gaussian", float(sigma), float(l2_sensitivity), out - np.asarray(values, dtype=float)))
-        self.values.append(np.array(values, dtype=float))
-        return out
-
-    def laplace(self, values, scale, l1_sensitivity):
-        out = self.inner.laplace(values, scale, l1_sensitivity)
-        self.draws.append(("laplace", float(scale), float(l1_sensitivity), out - np.asarray(values, dtype=float)))
-        self.values.append(np.array(values, dtype=float))
-        return out
-
-    def standard_normal(self, size):
-        return self.inner.standard_normal(size)
-
-    def key(self):
-        return self.inner.key()
 
 
 @dataclass
@@ -150,14 +121,15 @@ def _whitened_passes(sampler, neighbors, m):
     m2 = sampler.values[0].copy()  # the upper triangle of the exact Σxxᵀ, then its noise
     d = int((math.isqrt(8 * m2.size + 1) - 1) // 2)
     noisy = np.zeros((d, d))
-    noisy[np.triu_indices(d)] = m2 + sampler.draws[0][3]
+    noisy[np.triu_indices(d)] = m2 + sampler.draws[0].noise
     noisy = noisy + np.triu(noisy, 1).T
     W, _ = whitening(noisy, 1)  # k = 1
     b_y = np.linalg.norm(W, 2) * B
     f = 2.0 if neighbors == "replace" else 1.0
-    for kind, sigma, sens, _ in sampler.draws[1:]:
-        assert sens == pytest.approx(f * m * math.sqrt(8) * b_y**3, rel=1e-9)  # L = 8
-        assert sigma / sens == pytest.approx(sampler.draws[0][1] / sampler.draws[0][2], rel=1e-9)  # one z throughout
+    first = sampler.draws[0]
+    for draw in sampler.draws[1:]:
+        assert draw.sensitivity == pytest.approx(f * m * math.sqrt(8) * b_y**3, rel=1e-9)  # L = 8
+        assert draw.scale / draw.sensitivity == pytest.approx(first.scale / first.sensitivity, rel=1e-9)  # one z
 
 
 def _whitened_scales(p):
@@ -200,7 +172,7 @@ def units_df(spark):
 
 
 def _release(case, df, tmp_path, *, m, neighbors, sampler=None):
-    sampler = sampler or RecordingSampler()
+    sampler = sampler or Recorder()
     tag = f"{case.name.replace('/', '_').replace(' ', '_').replace('+', '_')}-m{m}-{neighbors}"
     dp = DPSession(f"ds-{tag}", ledger=f"sqlite:///{tmp_path}/{tag}.db", epsilon_limit=1e6, delta_limit=0.5,
                    output=str(tmp_path / tag), sampler=sampler)
@@ -233,18 +205,18 @@ def test_noise_scale_grows_with_the_per_unit_bound(case, units_df, tmp_path):
         assert rel1.privacy["events"] == rel4.privacy["events"]
         # 2. the sampler's draws, one by one
         assert len(draws1) == len(draws4) > 0
-        for i, ((k1, sc1, d1, _), (k4, sc4, d4, _)) in enumerate(zip(draws1, draws4, strict=True)):
+        for i, ((k1, sc1, d1, *_), (k4, sc4, d4, *_)) in enumerate(zip(draws1, draws4, strict=True)):
             f = factors[i % len(factors)] if len(factors) > 1 else factors[0]
             assert k1 == k4
             assert sc4 / sc1 == pytest.approx(f, rel=1e-9), f"{case.name} {neighbors}: draw {i} scale"
             assert d4 / d1 == pytest.approx(f, rel=1e-9), f"{case.name} {neighbors}: draw {i} sensitivity"
         # 3. white-box audit at m = 4: the noise actually added has factor × the m = 1 scale
-        gauss = [n4 / (sc1 * (sc4 / sc1)) for (k, sc1, _, _), (_, sc4, _, n4) in zip(draws1, draws4, strict=True)
+        gauss = [n4 / (sc1 * (sc4 / sc1)) for (k, sc1, *_), (_, sc4, _, n4, _) in zip(draws1, draws4, strict=True)
                  if k == "gaussian"]
-        lap = [n4 / sc4 for (k, _, _, n4) in draws4 if k == "laplace"]
+        lap = [n4 / sc4 for (k, _, _, n4, _) in draws4 if k == "laplace"]
         expected = [sc1 * (factors[i % len(factors)] if len(factors) > 1 else factors[0])
-                    for i, (_, sc1, _, _) in enumerate(draws1)]
-        np.testing.assert_allclose([sc for _, sc, _, _ in draws4], expected, rtol=1e-9)
+                    for i, (_, sc1, *_) in enumerate(draws1)]
+        np.testing.assert_allclose([sc for _, sc, *_ in draws4], expected, rtol=1e-9)
         if gauss:
             z = np.concatenate([g.reshape(-1) for g in gauss])
             assert z.size >= 100, f"{case.name}: {z.size} draws are too few for the audit"
@@ -279,7 +251,7 @@ REFUSING = [
 @pytest.mark.parametrize("task,mechanism", REFUSING)
 def test_mechanisms_without_a_per_unit_proof_refuse_m_above_one(task, mechanism, units_df, tmp_path):
     dp = DPSession("ds", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=10, delta_limit=1e-5,
-                   output=str(tmp_path / "out"), sampler=RecordingSampler())
+                   output=str(tmp_path / "out"), sampler=Recorder())
     call = {"second_moment": _sm, "linear_regression": _reg, "pca": _pca}[task](mechanism)
     with pytest.raises(ConfigError, match="max_rows_per_unit"):
         call(dp, units_df, privacy_unit="u", max_rows_per_unit=M, neighbors="add_remove")
@@ -289,7 +261,7 @@ def test_mechanisms_without_a_per_unit_proof_refuse_m_above_one(task, mechanism,
 
 def test_tensor_fresh_mode_refuses_m_above_one(units_df, tmp_path):
     dp = DPSession("ds", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=10, delta_limit=1e-5,
-                   output=str(tmp_path / "out"), sampler=RecordingSampler())
+                   output=str(tmp_path / "out"), sampler=Recorder())
     with pytest.raises(ConfigError, match="max_rows_per_unit"):
         dp.tensor_decomposition(units_df, columns=FEATURES[:6], k=1, epsilon=EPS, delta=DELTA, norm_bound=B,
                                 mode="fresh", privacy_unit="u", max_rows_per_unit=M)
@@ -301,7 +273,7 @@ def test_explicit_tensors_refuse_a_privacy_unit(tmp_path):
     from tests._tensor_data import orthogonal_tensor
 
     dp = DPSession("ds", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=10, delta_limit=1e-5,
-                   output=str(tmp_path / "out"), sampler=RecordingSampler())
+                   output=str(tmp_path / "out"), sampler=Recorder())
     T = orthogonal_tensor(4, 2)[0]
     for kw in ({"privacy_unit": "u"}, {"max_rows_per_unit": 4}):
         with pytest.raises(ConfigError, match=next(iter(kw))):

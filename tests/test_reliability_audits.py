@@ -75,6 +75,7 @@ from spark_dp.tensor.power_method import random_unit_columns
 from spark_dp.tensor.private import noisy_eigenvalues, noisy_power_step, private_tensor_power_method
 from spark_dp.tensor.whiten import private_whitened_power_method, whitened_rows_plan
 from tests._audit import chi2_variance_pvalue, empirical_epsilon, empirical_epsilon_scan, laplace_scale_pvalue
+from tests._samplers import FakeChokepoint, Recorder, UnderNoised
 from tests._tensor_data import orthogonal_tensor
 
 EPS, DELTA = 1.0, 1e-6
@@ -90,51 +91,6 @@ def single_release_epsilon(z: float, delta: float = DELTA) -> float:
     return float(dp_accounting.get_epsilon_gaussian(z, delta))
 
 
-# ------------------------------------------------------------------ samplers
-class HalvedSampler(NumpySampler):
-    """The under-noised variant: Gaussians of σ/2, Laplace of b/2."""
-
-    def gaussian(self, values, sigma, l2_sensitivity):
-        return super().gaussian(values, sigma / 2, l2_sensitivity)
-
-    def laplace(self, values, scale, l1_sensitivity):
-        return super().laplace(values, scale / 2, l1_sensitivity)
-
-
-@dataclass
-class Draw:
-    kind: str
-    values: np.ndarray
-    scale: float
-    sensitivity: float
-
-
-class Recorder(NoiseSampler):
-    """Wraps a sampler; records every additive draw (input values, requested scale, Δ) and its noise."""
-
-    def __init__(self, inner: NoiseSampler):
-        self.inner, self.draws, self.noise = inner, [], []
-        self.name, self.private = inner.name, inner.private
-
-    def gaussian(self, values, sigma, l2_sensitivity):
-        out = self.inner.gaussian(values, sigma, l2_sensitivity)
-        self.draws.append(Draw("gaussian", np.array(values, dtype=float), sigma, l2_sensitivity))
-        self.noise.append(out - values)
-        return out
-
-    def laplace(self, values, scale, l1_sensitivity):
-        out = self.inner.laplace(values, scale, l1_sensitivity)
-        self.draws.append(Draw("laplace", np.array(values, dtype=float), scale, l1_sensitivity))
-        self.noise.append(out - values)
-        return out
-
-    def standard_normal(self, size):
-        return self.inner.standard_normal(size)
-
-    def key(self):
-        return self.inner.key()
-
-
 _LEDGER_COUNTER = [0]
 
 
@@ -148,16 +104,8 @@ def charged(tmp_dir, events, sampler) -> Chokepoint:
     return cp
 
 
-class DirectChokepoint:
-    """Hands out the sampler without bookkeeping: only for the black-box LOOPS over the
-    Wishart-type mechanisms (10⁴ releases; the real Chokepoint is used by their white-box)."""
-
-    def __init__(self, sampler):
-        self.sampler = sampler
-
-    def randomness(self, event):
-        return self.sampler
-
+# The black-box LOOPS over the Wishart-type mechanisms (10⁴ releases) draw through a FakeChokepoint
+# (the sampler without bookkeeping); their white-box audits use the real Chokepoint, charged.
 
 # ------------------------------------------------------------------ black-box helpers
 def additive_black_box(run: Callable, sampler: NoiseSampler, tmp_dir, *, draw: int = 0,
@@ -219,7 +167,7 @@ D_AG = 14  # 105 upper-triangle draws
 
 def ag_white(tmp, under):
     event, sigma, sens = analyze_gauss_plan(epsilon=EPS, delta=DELTA, norm_bound=1.5)
-    cp = charged(tmp, [event], HalvedSampler() if under else NumpySampler())
+    cp = charged(tmp, [event], UnderNoised() if under else NumpySampler())
     out = analyze_gauss(np.zeros((D_AG, D_AG)), chokepoint=cp, sigma=sigma, sensitivity=sens)
     assert not cp.unused_events
     return chi2_variance_pvalue(out[np.triu_indices(D_AG)], Z1 * 1.5**2)
@@ -239,7 +187,7 @@ def ag_black(tmp, under):
     def run(which, cp_for):
         analyze_gauss(grams[which], chokepoint=cp_for([event]), sigma=sigma, sensitivity=sens)
 
-    return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, expected_sensitivity=B**2)
+    return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp, expected_sensitivity=B**2)
 
 
 def wishart_k(d):
@@ -277,7 +225,7 @@ def wishart_black(tmp, under, k=None):
     k = k if k is not None else (d + 2 if under else k_plan)
     g0 = 0.5 * np.eye(d)
     g1 = g0 + B**2 * np.diag([1.0, 0.0])
-    cp = DirectChokepoint(NumpySampler())
+    cp = FakeChokepoint(NumpySampler())
     x0 = np.array([additive_wishart(g0, chokepoint=cp, event=event, k=k, norm_bound=B)[0, 0] for _ in range(N_W_BLACK)])
     x1 = np.array([additive_wishart(g1, chokepoint=cp, event=event, k=k, norm_bound=B)[0, 0] for _ in range(N_W_BLACK)])
     return x0, x1
@@ -343,7 +291,7 @@ def jl_black(tmp, under, factor=None, gram=False):
     v = B * vecs[:, 0]
     a1 = np.vstack([A_SM, v])
     u = np.linalg.solve(A_SM.T @ A_SM + w_used**2 * np.eye(2), v)
-    cp = DirectChokepoint(NumpySampler())
+    cp = FakeChokepoint(NumpySampler())
     rel = lambda a: u @ _jl_release(a, cp=cp, event=event, w=w_used, gram=gram) @ u  # noqa: E731
     x0 = np.array([rel(A_SM) for _ in range(N_JL_BLACK)])
     x1 = np.array([rel(a1) for _ in range(N_JL_BLACK)])
@@ -376,7 +324,7 @@ def iw_black(tmp, under, factor=None):
     v = B * vecs[:, 0]
     g0, g1 = A_SM.T @ A_SM, A_SM.T @ A_SM + np.outer(v, v)
     u = v / np.linalg.norm(v)
-    cp = DirectChokepoint(NumpySampler())
+    cp = FakeChokepoint(NumpySampler())
     rel = lambda g: u @ np.linalg.solve(inverse_wishart(g, chokepoint=cp, event=event, dof=M_IW, w=w_used), u)  # noqa: E731
     x0 = np.array([rel(g0) for _ in range(N_IW_BLACK)])
     x1 = np.array([rel(g1) for _ in range(N_IW_BLACK)])
@@ -390,7 +338,7 @@ Z_ADA = math.sqrt(3) * Z1  # three Gaussian releases composed exactly: μ² adds
 def adassp_white(which):
     def white(tmp, under):
         plan = adassp_plan(epsilon=EPS, delta=DELTA, norm_bound=B)
-        rec = Recorder(HalvedSampler() if under else NumpySampler())
+        rec = Recorder(UnderNoised() if under else NumpySampler())
         reps = {0: 200, 1: 1, 2: 3}[which]  # λ_min is one draw: pool 200 releases; Xᵀy has 80, pool 3 (≥ 120)
         cp = charged(tmp, list(plan.events) * reps, rec)
         for _ in range(reps):
@@ -417,7 +365,7 @@ def adassp_black(which):
         def run(w, cp_for):
             adassp(grams[w], chokepoint=cp_for(plan.events), plan=plan)
 
-        return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, draw=which,
+        return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp, draw=which,
                                   expected_sensitivity=sens, n=N_COMPOSED)
 
     return black
@@ -434,7 +382,7 @@ def alg3_white(which):
 
     def white(tmp, under):
         plan = tensor_entry_plan(epsilon=EPS, delta=DELTA, k=1, L=L_T, R=R_T)
-        rec = Recorder(HalvedSampler() if under else NumpySampler())
+        rec = Recorder(UnderNoised() if under else NumpySampler())
         cp = charged(tmp, plan.events, rec)
         private_tensor_power_method(np.zeros((D_T,) * 3), 1, L=L_T, R=R_T, nu=plan.nu, chokepoint=cp,
                                     rng=np.random.default_rng(3))
@@ -477,7 +425,7 @@ def alg3_black(which):
             cp = cp_for(plan.events)
             step((T0, T1)[w], u, np.zeros(0), np.zeros((0, d)), nu=plan.nu, entry_scale=1.0, gaussian=cp.gaussian)
 
-        return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp,
+        return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp,
                                   expected_sensitivity=6 * np.max(np.abs(u)) ** p, n=N_COMPOSED)
 
     return black
@@ -486,7 +434,7 @@ def alg3_black(which):
 def rowpass_white(tmp, under):
     d, k, L, R, b = 6, 2, 4, 2, 1.3
     plan = rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=b, mode="fresh")
-    rec = Recorder(HalvedSampler() if under else NumpySampler())
+    rec = Recorder(UnderNoised() if under else NumpySampler())
     cp = charged(tmp, plan.events, rec)
     zeros = lambda U, p: (np.zeros((d, U.shape[1])), np.zeros(U.shape[1]), 0.0)  # noqa: E731
     private_online_power_method(zeros, d=d, k=k, L=L, R=R, plan=plan, chokepoint=cp, rng=np.random.default_rng(1))
@@ -512,13 +460,13 @@ def rowpass_black(tmp, under):
         private_online_power_method(moments, d=d, k=1, L=1, R=1, plan=plan, chokepoint=cp_for(plan.events),
                                     rng=np.random.default_rng(5))
 
-    return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, expected_sensitivity=b**3)
+    return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp, expected_sensitivity=b**3)
 
 
 def ip_white(tmp, under, sampler=None):
     d, c = 9, 0.7  # 165 unique entries (d = 6 gave 56, too few to catch a halved σ at α = 1e-6 reliably)
     plan = input_perturbation_plan(epsilon=EPS, delta=DELTA, entry_scale=c)
-    cp = charged(tmp, plan.events, sampler or (HalvedSampler() if under else NumpySampler()))
+    cp = charged(tmp, plan.events, sampler or (UnderNoised() if under else NumpySampler()))
     E = noisy_symmetric_tensor(np.zeros((d, d, d)), sigma=plan.sigma, sensitivity=plan.sensitivity, chokepoint=cp)
     assert not cp.unused_events
     i, j, k, w = unique_entries(d)
@@ -535,14 +483,14 @@ def ip_black(tmp, under):
         noisy_symmetric_tensor((np.zeros((2, 2, 2)), T1)[w], sigma=plan.sigma, sensitivity=plan.sensitivity,
                                chokepoint=cp_for(plan.events))
 
-    return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, expected_sensitivity=1.0)
+    return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp, expected_sensitivity=1.0)
 
 
 def m2_white(tmp, under, m=1, mode="fresh"):
     """M2 of the whitened release; m rows per unit needs mode 'reuse' (k(R+1) = 8 sequential batches)."""
     d, k, L, R, b = 14, 2, 8, 3, 1.2
     plan = whitened_rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=b, mode=mode, max_rows_per_unit=m)
-    rec = Recorder(HalvedSampler() if under else NumpySampler())
+    rec = Recorder(UnderNoised() if under else NumpySampler())
     cp = charged(tmp, plan.events, rec)
     zeros = lambda U, p: (np.zeros((d, U.shape[1])), np.zeros(U.shape[1]), 0.0)  # noqa: E731
     private_whitened_power_method(zeros, np.diag(np.arange(1.0, d + 1)) * 50, k=k, L=L, R=R, plan=plan,
@@ -565,7 +513,7 @@ def m2_black(tmp, under, m=1, mode="fresh"):
         private_whitened_power_method(zeros, grams[w], k=k, L=L, R=R, plan=plan, chokepoint=cp_for(plan.events),
                                       rng=np.random.default_rng(2), norm_bound=B, mode=mode, max_rows_per_unit=m)
 
-    return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, expected_sensitivity=m * B**2,
+    return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp, expected_sensitivity=m * B**2,
                               n=N_COMPOSED)
 
 
@@ -595,7 +543,7 @@ def sketch_white(mech):
     def white(tmp, under, sampler=None):
         k, b, m, scale, _ = SKETCH_CASES[mech]
         plan = plan_sketch(mech, epsilon=EPS, delta=DELTA, repetitions=k, max_items_per_unit=m)
-        cp = charged(tmp, plan.events, sampler or (HalvedSampler() if under else NumpySampler()))
+        cp = charged(tmp, plan.events, sampler or (UnderNoised() if under else NumpySampler()))
         noise = release_table(plan, np.zeros((b,) if mech == "histogram" else (k, b)), cp)
         assert not cp.unused_events
         if mech == "count_min":
@@ -616,7 +564,7 @@ def sketch_black(mech):
         def run(w, cp_for):
             release_table(plan, tables[w], cp_for(plan.events))
 
-        return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, expected_sensitivity=sens)
+        return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp, expected_sensitivity=sens)
 
     return black
 
@@ -628,7 +576,7 @@ C_L2 = math.sqrt(M_L2)  # the default per-unit L2 bound C = √m (unit_clipping:
 def sketch_l2_white(tmp, under):
     plan = plan_sketch("private_count_sketch", epsilon=EPS, delta=DELTA, repetitions=K_L2, max_items_per_unit=M_L2,
                        unit_l2_bound=C_L2)
-    cp = charged(tmp, plan.events, HalvedSampler() if under else NumpySampler())
+    cp = charged(tmp, plan.events, UnderNoised() if under else NumpySampler())
     noise = release_table(plan, np.zeros((K_L2, B_L2)), cp)
     assert not cp.unused_events
     return chi2_variance_pvalue(noise, Z1 * math.sqrt(K_L2) * C_L2)  # Δ₂ = √k·C
@@ -648,7 +596,7 @@ def sketch_l2_black(tmp, under):
     def run(w, cp_for):
         release_table(plan, tables[w], cp_for(plan.events))
 
-    return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp,
+    return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp,
                               expected_sensitivity=math.sqrt(K_L2) * C_L2)
 
 
@@ -657,7 +605,7 @@ L_DY, K_DY, B_DY, M_DY = 4, 3, 20, 4
 
 def dyadic_white(tmp, under):
     plan = plan_dyadic(epsilon=EPS, delta=DELTA, repetitions=K_DY, levels=L_DY, max_items_per_unit=M_DY)
-    cp = charged(tmp, plan.events, HalvedSampler() if under else NumpySampler())
+    cp = charged(tmp, plan.events, UnderNoised() if under else NumpySampler())
     noise = private_count_sketch(np.zeros((L_DY, K_DY, B_DY)), chokepoint=cp, sigma=plan.scale,
                                  sensitivity=plan.sensitivity)
     return chi2_variance_pvalue(noise, Z1 * math.sqrt(L_DY * K_DY) * M_DY)
@@ -672,7 +620,7 @@ def dyadic_black(tmp, under):
     def run(w, cp_for):
         private_count_sketch(tables[w], chokepoint=cp_for(plan.events), sigma=plan.scale, sensitivity=plan.sensitivity)
 
-    return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp,
+    return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp,
                               expected_sensitivity=math.sqrt(L_DY * K_DY) * M_DY)
 
 
@@ -688,7 +636,7 @@ def ag_m4_white(neighbors):
     def white(tmp, under):
         plan = plan_mechanism("analyze_gauss", d=D_AG, epsilon=EPS, delta=DELTA, norm_bound=B, neighbors=neighbors,
                               max_rows_per_unit=M4)
-        cp = charged(tmp, plan.events, HalvedSampler() if under else NumpySampler())
+        cp = charged(tmp, plan.events, UnderNoised() if under else NumpySampler())
         out = plan.noise(np.zeros((D_AG, D_AG)), cp)
         assert not cp.unused_events
         sens = M4 * B**2 * (math.sqrt(2) if neighbors == "replace" else 1.0)  # ‖P‖_F ≤ m·B²; replace ‖P − Q‖_F ≤ √2·m·B²
@@ -711,7 +659,7 @@ def ag_m4_black(neighbors):
             plan.noise(grams[w], cp_for(plan.events))
 
         sens = M4 * B**2 * (math.sqrt(2) if neighbors == "replace" else 1.0)
-        return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, expected_sensitivity=sens)
+        return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp, expected_sensitivity=sens)
 
     return black
 
@@ -737,7 +685,7 @@ def adassp_m4_white(which):
     def white(tmp, under):
         plan = plan_mechanism("adassp", d=P_ADA + 1, epsilon=EPS, delta=DELTA, norm_bound=B, neighbors="replace",
                               max_rows_per_unit=M4)
-        rec = Recorder(HalvedSampler() if under else NumpySampler())
+        rec = Recorder(UnderNoised() if under else NumpySampler())
         reps = {0: 200, 1: 1, 2: 3}[which]
         cp = charged(tmp, list(plan.events) * reps, rec)
         for _ in range(reps):
@@ -758,7 +706,7 @@ def adassp_m4_black(which):
         def run(w, cp_for):
             plan.noise(grams[w], cp_for(plan.events))
 
-        return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp, draw=which,
+        return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp, draw=which,
                                   expected_sensitivity=sens, n=N_COMPOSED)
 
     return black
@@ -771,7 +719,7 @@ Z_REUSE = math.sqrt(K_REUSE) * Z1
 def rowpass_m4_white(tmp, under):
     d, k, L, R, b = 6, 2, 4, 2, 1.3  # 6 batches: 4 power steps of 6×4 + 2 eigenvalue passes of 4 = 104 draws
     plan = rows_plan(epsilon=EPS, delta=DELTA, k=k, L=L, R=R, norm_bound=b, mode="reuse", max_rows_per_unit=M4)
-    rec = Recorder(HalvedSampler() if under else NumpySampler())
+    rec = Recorder(UnderNoised() if under else NumpySampler())
     cp = charged(tmp, plan.events, rec)
     zeros = lambda U, p: (np.zeros((d, U.shape[1])), np.zeros(U.shape[1]), 0.0)  # noqa: E731
     private_online_power_method(zeros, d=d, k=k, L=L, R=R, plan=plan, chokepoint=cp, rng=np.random.default_rng(1))
@@ -797,7 +745,7 @@ def rowpass_m4_black(tmp, under):
         private_online_power_method(moments, d=d, k=1, L=1, R=1, plan=plan, chokepoint=cp_for(plan.events),
                                     rng=np.random.default_rng(5))
 
-    return additive_black_box(run, HalvedSampler() if under else NumpySampler(), tmp,
+    return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp,
                               expected_sensitivity=M4 * b**3, n=N_COMPOSED)
 
 
@@ -924,15 +872,10 @@ def _secure_ag(tmp, sampler):
     return chi2_variance_pvalue(out[np.triu_indices(D_AG)], Z1 * 1.5**2)
 
 
-class HalvedSecureSampler(SecureSampler):
-    def gaussian(self, values, sigma, l2_sensitivity):
-        return super().gaussian(values, sigma / 2, l2_sensitivity)
-
-
 @pytest.mark.parametrize("family", sorted(SECURE_ROWS))
 def test_white_box_secure_sampler(family, audit_dir):
     p_ok = SECURE_ROWS[family](audit_dir, SecureSampler())
-    p_bad = SECURE_ROWS[family](audit_dir, HalvedSecureSampler())
+    p_bad = SECURE_ROWS[family](audit_dir, UnderNoised(SecureSampler()))
     RESULTS.setdefault(f"secure:{family}", {})["p"] = (p_ok, p_bad)
     assert p_ok > ALPHA and p_bad < ALPHA
 

@@ -30,6 +30,7 @@ from spark_dp.second_moment import (
     wishart_plan,
 )
 from tests._audit import chi2_variance_pvalue, empirical_epsilon
+from tests._samplers import FakeChokepoint, UnderNoised
 
 EPS, DELTA, B = 1.0, 1e-6, 1.0
 
@@ -37,35 +38,6 @@ EPS, DELTA, B = 1.0, 1e-6, 1.0
 def eps_lb(x0, x1):
     """Empirical ε lower bound over both orders of the neighbours (both hockey-stick directions)."""
     return max(empirical_epsilon(x0, x1, DELTA), empirical_epsilon(x1, x0, DELTA))
-
-
-class FakeChokepoint:
-    """Hands out the sampler for any event: lets audits draw many releases cheaply.
-
-    The real Chokepoint's bookkeeping is tested in test_randomness_needs_a_charge.
-    """
-
-    def __init__(self, sampler):
-        self.sampler = sampler
-
-    def randomness(self, event):
-        return self.sampler
-
-    def gaussian(self, values, *, sigma, l2_sensitivity):
-        return self.sampler.gaussian(np.asarray(values, dtype=float).reshape(-1), sigma, l2_sensitivity).reshape(np.shape(values))
-
-    def gaussian_symmetric(self, matrix, *, sigma, l2_sensitivity):
-        iu = np.triu_indices(matrix.shape[0])
-        out = np.zeros_like(matrix)
-        out[iu] = self.gaussian(matrix[iu], sigma=sigma, l2_sensitivity=l2_sensitivity)
-        return out + np.triu(out, 1).T
-
-
-class HalvedSampler(NumpySampler):
-    """Under-noised on purpose: Gaussians of half the scale."""
-
-    def gaussian(self, values, sigma, l2_sensitivity):
-        return super().gaussian(values, sigma / 2, l2_sensitivity)
 
 
 def test_randomness_needs_a_charge(tmp_path):
@@ -88,7 +60,7 @@ def test_wishart_dof_follows_sheffet():
 
 
 def _wishart_draws(k, n_draws, b=1.5, d=3, seed=3):
-    cp = FakeChokepoint(SeededSampler(np.random.default_rng(seed)))
+    cp = FakeChokepoint.seeded(seed)
     event, _ = wishart_plan(d=d, epsilon=EPS, delta=DELTA)
     return np.array([additive_wishart(np.zeros((d, d)), chokepoint=cp, event=event, k=k, norm_bound=b)
                      for _ in range(n_draws)])
@@ -119,7 +91,7 @@ def test_white_box_wishart_catches_too_few_degrees_of_freedom():
 def _wishart_neighbour_samples(k, n):
     """Released (1,1) entry on D (AᵀA = 0.5·I) and D' = D + row B·e₁."""
     d = 2
-    cp = FakeChokepoint(SeededSampler(np.random.default_rng(8)))
+    cp = FakeChokepoint.seeded(8)
     event, _ = wishart_plan(d=d, epsilon=EPS, delta=DELTA)
     g0 = 0.5 * np.eye(d)
     g1 = g0 + B**2 * np.diag([1.0, 0.0])
@@ -163,7 +135,7 @@ def test_jl_kernel_draws_independent_standard_normals():
 @pytest.mark.parametrize("w_factor, ok", [(1.0, True), (0.5, False)], ids=["calibrated", "under-noised"])
 def test_white_box_jl_expectation(w_factor, ok):
     _, w = jl_ridge_plan(epsilon=EPS, delta=DELTA, norm_bound=B, r=R_JL)
-    cp = FakeChokepoint(SeededSampler(np.random.default_rng(4)))
+    cp = FakeChokepoint.seeded(4)
     n_rel = 3000
     outs = np.array([jl_ridge(_project(A), chokepoint=cp, event=None, r=R_JL, d=2, w=w * w_factor)
                      for _ in range(n_rel)])
@@ -178,7 +150,7 @@ def _jl_neighbour_samples(w, n):
     v = B * vecs[:, 0]
     a1 = np.vstack([A, v])
     u = np.linalg.solve(A.T @ A + w**2 * np.eye(2), v)
-    cp = FakeChokepoint(SeededSampler(np.random.default_rng(5)))
+    cp = FakeChokepoint.seeded(5)
     x0 = np.array([u @ jl_ridge(_project(A), chokepoint=cp, event=None, r=R_JL, d=2, w=w) @ u for _ in range(n)])
     x1 = np.array([u @ jl_ridge(_project(a1), chokepoint=cp, event=None, r=R_JL, d=2, w=w) @ u for _ in range(n)])
     return np.log(x0), np.log(x1)
@@ -198,7 +170,7 @@ M_IW = 8
 
 def test_white_box_inverse_wishart_mean():
     _, w, _ = inverse_wishart_plan(epsilon=EPS, delta=DELTA, norm_bound=B, dof=M_IW)
-    cp = FakeChokepoint(SeededSampler(np.random.default_rng(6)))
+    cp = FakeChokepoint.seeded(6)
     gram = A.T @ A
     outs = np.array([inverse_wishart(gram, chokepoint=cp, event=None, dof=M_IW, w=w) for _ in range(8_000)])
     sigma = gram + w**2 * np.eye(2)
@@ -215,7 +187,7 @@ def _iw_neighbour_samples(w, n):
     v = B * vecs[:, 0]
     g0, g1 = A.T @ A, A.T @ A + np.outer(v, v)
     u = v / np.linalg.norm(v)
-    cp = FakeChokepoint(SeededSampler(np.random.default_rng(9)))
+    cp = FakeChokepoint.seeded(9)
     x0 = np.array([u @ np.linalg.solve(inverse_wishart(g0, chokepoint=cp, event=None, dof=M_IW, w=w), u) for _ in range(n)])
     x1 = np.array([u @ np.linalg.solve(inverse_wishart(g1, chokepoint=cp, event=None, dof=M_IW, w=w), u) for _ in range(n)])
     return np.log(x0), np.log(x1)
@@ -234,20 +206,13 @@ P = 16  # 136 upper-triangle draws of XᵀX noise (91 let a halved σ escape α 
 Z_INDEPENDENT = math.sqrt(3) * dp_accounting.get_sigma_gaussian(EPS, DELTA)
 
 
-@pytest.mark.parametrize("sampler, ok", [(NumpySampler(), True), (HalvedSampler(), False)], ids=["numpy", "halved"])
+@pytest.mark.parametrize("sampler, ok", [(NumpySampler(), True), (UnderNoised(), False)], ids=["numpy", "halved"])
 def test_white_box_adassp_sigmas(sampler, ok):
     plan = adassp_plan(epsilon=EPS, delta=DELTA, norm_bound=B)
     out = adassp(np.zeros((P + 1, P + 1)), chokepoint=FakeChokepoint(sampler), plan=plan)
     xtx = out["xtx"][np.triu_indices(P)]
     assert (chi2_variance_pvalue(xtx, Z_INDEPENDENT * B**2) > 1e-6) == ok
     assert plan.sigmas[2] == pytest.approx(Z_INDEPENDENT * B**2 / 2, rel=1e-6)
-
-
-class TenthSampler(SeededSampler):
-    """Under-noised on purpose: Gaussians of a tenth of the scale."""
-
-    def gaussian(self, values, sigma, l2_sensitivity):
-        return super().gaussian(values, sigma / 10, l2_sensitivity)
 
 
 def _adassp_neighbour_samples(sampler, n):
@@ -265,5 +230,5 @@ def _adassp_neighbour_samples(sampler, n):
 def test_black_box_adassp():
     x0, x1 = _adassp_neighbour_samples(SeededSampler(np.random.default_rng(10)), 15_000)
     assert eps_lb(x0, x1) < EPS
-    y0, y1 = _adassp_neighbour_samples(TenthSampler(np.random.default_rng(10)), 15_000)
+    y0, y1 = _adassp_neighbour_samples(UnderNoised(SeededSampler(np.random.default_rng(10)), divisor=10), 15_000)
     assert eps_lb(y0, y1) > EPS

@@ -26,6 +26,7 @@ from spark_dp.second_moment import analyze_gauss, analyze_gauss_plan, inverse_wi
 from spark_dp.second_moment import api
 from spark_dp.session import DPSession
 from tests._audit import chi2_variance_pvalue, empirical_epsilon
+from tests._samplers import UnderNoised
 
 DELTA, B = 1e-6, 1.0
 COLS = ["x1", "x2", "x3"]
@@ -76,14 +77,7 @@ def test_paper_analyze_gauss_refused_at_epsilon_one_or_more(eps):
         analyze_gauss_plan(epsilon=eps, delta=DELTA, norm_bound=B, calibration="paper")
 
 
-class HalvedSampler(NumpySampler):
-    """Under-noised on purpose: Gaussians of half the scale."""
-
-    def gaussian(self, values, sigma, l2_sensitivity):
-        return super().gaussian(values, sigma / 2, l2_sensitivity)
-
-
-@pytest.mark.parametrize("sampler, ok", [(NumpySampler(), True), (HalvedSampler(), False)], ids=["numpy", "halved"])
+@pytest.mark.parametrize("sampler, ok", [(NumpySampler(), True), (UnderNoised(), False)], ids=["numpy", "halved"])
 def test_white_box_paper_analyze_gauss_noise(tmp_path, sampler, ok):
     """The real charged chokepoint's noise has the paper's σ (χ² test on 105 × 20 draws)."""
     eps, d = 0.5, 14

@@ -12,34 +12,17 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
-from scipy import stats
 
 import spark_dp
 from spark_dp.aggregates.sketch import sketch_table
 from spark_dp.privacy import Budget, Chokepoint, NumpySampler, SecureSampler, SeededSampler, open_ledger
 from spark_dp.sketch import plan_sketch, release_table
 from spark_dp.sketch.api import count_sketch
-from tests._audit import chi2_variance_pvalue, empirical_epsilon
+from tests._audit import chi2_variance_pvalue, empirical_epsilon, laplace_scale_pvalue
+from tests._samplers import UnderNoised
 
 EPS, DELTA = 1.0, 1e-6
 Z = dp_accounting.get_sigma_gaussian(EPS, DELTA)
-
-
-class HalvedSampler(NumpySampler):
-    """Deliberately under-noised (σ/2 and b/2): the audits must catch it."""
-
-    def gaussian(self, values, sigma, l2_sensitivity):
-        return super().gaussian(values, sigma / 2, l2_sensitivity)
-
-    def laplace(self, values, scale, l1_sensitivity):
-        return super().laplace(values, scale / 2, l1_sensitivity)
-
-
-def laplace_scale_pvalue(noise, b):
-    """Two-sided p-value of H0: noise ~ Lap(b) i.i.d., from Σ|X|/b ~ Gamma(n, 1)."""
-    s = float(np.sum(np.abs(noise)) / b)
-    n = np.size(noise)
-    return 2 * min(stats.gamma.cdf(s, n), stats.gamma.sf(s, n))
 
 
 def _release_zero(tmp_path, mechanism, sampler, k, b, m=1, C=None):
@@ -86,7 +69,7 @@ def test_white_box_count_min_laplace_scale(tmp_path, sampler):
 @pytest.mark.parametrize("mechanism", ["private_count_sketch", "count_min", "histogram"])
 def test_white_box_catches_an_under_noised_sampler(tmp_path, mechanism):
     k, b = (1, 200) if mechanism == "histogram" else (4, 50)
-    noise = _release_zero(tmp_path, mechanism, HalvedSampler(), k, b)
+    noise = _release_zero(tmp_path, mechanism, UnderNoised(), k, b)
     if mechanism == "count_min":
         assert laplace_scale_pvalue(noise, k / EPS) < 1e-6
     else:
@@ -148,7 +131,7 @@ def test_black_box_private_count_sketch(neighbours):
     plan = plan_sketch("private_count_sketch", epsilon=EPS, delta=DELTA, repetitions=k, max_items_per_unit=m)
     x0, x1 = _projections(NumpySampler(), plan, t0, t1, 300_000)
     assert empirical_epsilon(x0, x1, DELTA) < EPS
-    x0, x1 = _projections(HalvedSampler(), plan, t0, t1, 300_000)
+    x0, x1 = _projections(UnderNoised(), plan, t0, t1, 300_000)
     assert empirical_epsilon(x0, x1, DELTA) > EPS
 
 
@@ -164,11 +147,11 @@ def test_black_box_count_min_one_counter(spark):
     plan = plan_sketch("count_min", epsilon=EPS, delta=DELTA, repetitions=1, max_items_per_unit=m)
     x0, x1 = _projections(NumpySampler(), plan, c0, c1, 300_000)
     assert empirical_epsilon(x0, x1, 0.0) < EPS
-    x0, x1 = _projections(HalvedSampler(), plan, c0, c1, 300_000)
+    x0, x1 = _projections(UnderNoised(), plan, c0, c1, 300_000)
     assert empirical_epsilon(x0, x1, 0.0) > EPS
 
 
-@pytest.mark.parametrize("sampler, scale", [(NumpySampler(), 1.0), (HalvedSampler(), 0.5)], ids=["numpy", "halved"])
+@pytest.mark.parametrize("sampler, scale", [(NumpySampler(), 1.0), (UnderNoised(), 0.5)], ids=["numpy", "halved"])
 def test_white_box_dyadic_stack(tmp_path, sampler, scale):
     """The (L, k, b) dyadic stack is one Gaussian release with σ = z·√(L·k)·m."""
     from spark_dp.sketch import private_count_sketch

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from spark_dp.errors import ConfigError
-from spark_dp.privacy import Budget, Chokepoint, NumpySampler, SeededSampler, compose_epsilon, open_ledger
+from spark_dp.privacy import Budget, Chokepoint, SeededSampler, compose_epsilon, open_ledger
 from spark_dp.privacy.chokepoint import UnchargedNoiseError
 from spark_dp.tensor import (
     input_perturbation_plan,
@@ -28,6 +28,7 @@ from spark_dp.tensor.input_perturbation import noisy_symmetric_tensor, unique_en
 from spark_dp.tensor.power_method import random_unit_columns
 from spark_dp.tensor.private import noisy_power_step
 from tests._audit import chi2_variance_pvalue, empirical_epsilon
+from tests._samplers import FakeChokepoint, Recorder, UnderNoised
 from tests._tensor_data import orthogonal_tensor
 
 EPS, DELTA = 1.0, 1e-6
@@ -42,26 +43,6 @@ def paper_nu(eps, delta, K):
 
 def exact_nu(eps, delta, K):
     return 6 * math.sqrt(K) * dp_accounting.get_sigma_gaussian(eps, delta)
-
-
-class RecordingSampler(NumpySampler):
-    """Records the noise of every draw (output − input), in order."""
-
-    def __init__(self, factor=1.0):
-        super().__init__()
-        self.noise, self.factor = [], factor
-
-    def gaussian(self, values, sigma, l2_sensitivity):
-        out = super().gaussian(values, sigma * self.factor, l2_sensitivity)
-        self.noise.append(out - values)
-        return out
-
-
-class HalvedSampler(RecordingSampler):
-    """A deliberately under-noised sampler: the audits must catch it."""
-
-    def __init__(self):
-        super().__init__(factor=0.5)
 
 
 def charged(tmp_path, events, sampler, name="r"):
@@ -148,7 +129,7 @@ def _tmp(tmp_path):
 
 def test_white_box_alg3_power_steps_and_eigenvalues():
     nu = exact_nu(EPS, DELTA, 1 * 6 * 4)
-    z = _alg3_standardised_noise(RecordingSampler(), nu)
+    z = _alg3_standardised_noise(Recorder(), nu)
     assert z.size == 3 * 6 * 8 + 6
     assert chi2_variance_pvalue(z, 1.0) > 1e-6
     assert chi2_variance_pvalue(z, 0.5) < 1e-6 and chi2_variance_pvalue(z, 2.0) < 1e-6
@@ -156,13 +137,13 @@ def test_white_box_alg3_power_steps_and_eigenvalues():
 
 def test_white_box_alg3_catches_under_noise():
     nu = exact_nu(EPS, DELTA, 1 * 6 * 4)
-    z = _alg3_standardised_noise(HalvedSampler(), nu)
+    z = _alg3_standardised_noise(Recorder(UnderNoised()), nu)
     assert chi2_variance_pvalue(z, 1.0) < 1e-6
 
 
 def test_alg3_with_smaller_nu_than_charged_is_refused(tmp_path):
     plan = tensor_entry_plan(epsilon=EPS, delta=DELTA, k=1, L=2, R=2)
-    cp = charged(tmp_path, plan.events, RecordingSampler(), "half")
+    cp = charged(tmp_path, plan.events, Recorder(), "half")
     with pytest.raises(UnchargedNoiseError):
         private_tensor_power_method(np.zeros((4, 4, 4)), 1, L=2, R=2, nu=plan.nu / 2, chokepoint=cp,
                                     rng=np.random.default_rng(0))
@@ -178,7 +159,7 @@ def test_white_box_rows_batches(tmp_path, mode, calibration):
         sigma = math.sqrt(batches) * dp_accounting.get_sigma_gaussian(EPS, DELTA) * math.sqrt(L) * B**3
     else:
         sigma = paper_nu(EPS, DELTA, batches * L) / 6 * B**3
-    sampler = RecordingSampler()
+    sampler = Recorder()
     cp = charged(tmp_path, plan.events, sampler)
     zeros = lambda U, p: (np.zeros((d, L)), np.zeros(L), 0.0)  # noqa: E731 - exact sums of an empty input
     dec = private_online_power_method(zeros, d=d, k=k, L=L, R=R, plan=plan, chokepoint=cp,
@@ -189,7 +170,7 @@ def test_white_box_rows_batches(tmp_path, mode, calibration):
     noise = np.concatenate(sampler.noise)
     assert chi2_variance_pvalue(noise, sigma) > 1e-6
     assert chi2_variance_pvalue(noise, sigma / 2) < 1e-6
-    halved = RecordingSampler(factor=0.5)
+    halved = Recorder(UnderNoised())
     cp2 = charged(tmp_path, plan.events, halved, "halved")
     private_online_power_method(zeros, d=d, k=k, L=L, R=R, plan=plan, chokepoint=cp2, rng=np.random.default_rng(1))
     assert chi2_variance_pvalue(np.concatenate(halved.noise), sigma) < 1e-6
@@ -206,7 +187,7 @@ def test_white_box_input_perturbation(tmp_path):
     d, c = 9, 0.7  # 165 unique entries: with d = 6 (56) a halved σ escaped α = 1e-6 in 5.5 % of runs
     plan = input_perturbation_plan(epsilon=EPS, delta=DELTA, entry_scale=c)
     sigma = dp_accounting.get_sigma_gaussian(EPS, DELTA) * c
-    for sampler, ok in ((RecordingSampler(), True), (HalvedSampler(), False)):
+    for sampler, ok in ((Recorder(), True), (Recorder(UnderNoised()), False)):
         cp = charged(tmp_path, plan.events, sampler, f"ip{ok}")
         E = noisy_symmetric_tensor(np.zeros((d, d, d)), sigma=plan.sigma, sensitivity=plan.sensitivity, chokepoint=cp)
         for p in [(1, 0, 2), (2, 1, 0), (0, 2, 1)]:
@@ -231,16 +212,6 @@ def test_input_perturbation_sensitivity_is_attained_by_each_entry_kind():
 
 
 # -- black-box audit of one noisy power step ----------------------------------------------
-class _Direct:
-    """The chokepoint's gaussian for the audit: numpy noise at the σ the step asks for."""
-
-    def __init__(self, seed):
-        self.rng = np.random.default_rng(seed)
-
-    def gaussian(self, values, *, sigma, l2_sensitivity):
-        return values + self.rng.normal(0.0, sigma, np.shape(values))
-
-
 def _one_step_projections(nu, n=300_000):
     """One power step on neighbours T and T' = T + sym(e₀⊗e₀⊗e₀) at a fixed u, projected on
     the difference direction e₀ (where the bound 6‖u‖∞² is attained)."""
@@ -251,8 +222,8 @@ def _one_step_projections(nu, n=300_000):
     T2[0, 0, 0] += 6.0
     U = np.tile(u[:, None], (1, n))
     none = (np.zeros(0), np.zeros((0, d)))
-    x0 = noisy_power_step(T, U, *none, nu=nu, entry_scale=1.0, gaussian=_Direct(1).gaussian)[0]
-    x1 = noisy_power_step(T2, U, *none, nu=nu, entry_scale=1.0, gaussian=_Direct(2).gaussian)[0]
+    x0 = noisy_power_step(T, U, *none, nu=nu, entry_scale=1.0, gaussian=FakeChokepoint.seeded(1).gaussian)[0]
+    x1 = noisy_power_step(T2, U, *none, nu=nu, entry_scale=1.0, gaussian=FakeChokepoint.seeded(2).gaussian)[0]
     base = np.einsum("ijk,j,k->i", T, u, u)[0]
     return x0 - base, x1 - base
 
@@ -293,7 +264,7 @@ def test_white_box_whitened_releases(tmp_path, mode):
     assert len(plan.events) == releases and plan.noise_multiplier == pytest.approx(z, rel=1e-6)
     gram = np.diag(np.arange(1.0, d + 1)) * 50  # a well-conditioned exact M2
     zeros = lambda U, p: (np.zeros((d, U.shape[1])), np.zeros(U.shape[1]), 0.0)  # noqa: E731
-    for sampler, ok in ((RecordingSampler(), True), (RecordingSampler(factor=0.5), False)):
+    for sampler, ok in ((Recorder(), True), (Recorder(UnderNoised()), False)):
         cp = charged(tmp_path, plan.events, sampler, f"w{mode}{ok}")
         private_whitened_power_method(zeros, gram, k=k, L=L, R=R, plan=plan, chokepoint=cp,
                                       rng=np.random.default_rng(2), norm_bound=B, mode=mode)
@@ -324,8 +295,8 @@ def _row_pass_projections(plan, n=300_000):
     diff = np.tile((B**3 * u)[:, None], (1, L))
     unit = diff / np.linalg.norm(diff)
     # n independent releases in one vectorised call of the mechanism's noisy_batch
-    x0 = np.einsum("nij,ij->n", noisy_batch(np.zeros((n, d, L)), plan, _Direct(3).gaussian), unit)
-    x1 = np.einsum("nij,ij->n", noisy_batch(np.broadcast_to(diff, (n, d, L)), plan, _Direct(4).gaussian), unit)
+    x0 = np.einsum("nij,ij->n", noisy_batch(np.zeros((n, d, L)), plan, FakeChokepoint.seeded(3).gaussian), unit)
+    x1 = np.einsum("nij,ij->n", noisy_batch(np.broadcast_to(diff, (n, d, L)), plan, FakeChokepoint.seeded(4).gaussian), unit)
     return x0, x1
 
 
@@ -345,7 +316,7 @@ def _ip_projections(sigma, n=200_000):
     plan = input_perturbation_plan(epsilon=EPS, delta=DELTA)
     T1 = np.zeros((2, 2, 2))
     T1[0, 0, 0] = 6.0
-    cp0, cp1 = _Direct(5), _Direct(6)
+    cp0, cp1 = FakeChokepoint.seeded(5), FakeChokepoint.seeded(6)
     x0 = np.array([noisy_symmetric_tensor(np.zeros((2, 2, 2)), sigma=sigma, sensitivity=plan.sensitivity,
                                           chokepoint=cp0)[0, 0, 0] for _ in range(n)])
     x1 = np.array([noisy_symmetric_tensor(T1, sigma=sigma, sensitivity=plan.sensitivity,
