@@ -16,7 +16,7 @@ The build is pure Spark SQL (no Python UDFs, no RDDs, Spark Connect-safe):
    shrinks skewed inputs before the k-fold expansion;
 4. per repetition i: bucket = pmod(xxhash64(sᵢ, item), b) and
    sign = 1 − 2·(xxhash64(sᵢ ⊕ SALT, item) & 1) (see
-   :mod:`spark_dp.sketch.hashing`, which reproduces the values in numpy);
+   :mod:`spark_dp.aggregates.xxh64`, which reproduces the values in numpy);
    one ``explode`` of the k (rep, bucket, sign·w) structs, then
    ``groupBy(rep, bucket).sum``;
 5. optional per-unit clipping in sketch space: sum per (unit, rep, bucket),
@@ -33,7 +33,7 @@ literally the same code), then one ``mapInArrow`` pass per partition
     with Arrow's C++ hash table (``dictionary_encode``, nulls as their own
     entry) + ``np.bincount``;
 4'. hashes all distinct items of a chunk at once with a vectorised XXH64 over
-    Arrow's offsets/data buffers (:func:`xxh64_string_columns`: strings are
+    Arrow's offsets/data buffers (:func:`~spark_dp.aggregates.xxh64.xxh64_string_columns`: strings are
     grouped by length class so every step is a whole-array uint64 operation,
     no Python loop per row), bucket and sign hashes for all k repetitions in
     one call; the values equal Spark's ``xxhash64`` bit for bit;
@@ -60,6 +60,15 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_dp.aggregates._bounding import keep_rows_per_unit
+from spark_dp.aggregates.xxh64 import (
+    SIGN_SALT,
+    sign_seed,
+    spark_seed_states,
+    spark_xxhash64_array,  # noqa: F401  (re-exported: the tests import it from here)
+    to_signed,
+    xxh64_long_columns,
+    xxh64_string_columns,
+)
 from spark_dp.errors import ConfigError, SchemaError
 
 ITEM = "__sk_item"
@@ -68,7 +77,6 @@ UNIT = "__sk_unit"
 NULL_ITEM_POLICIES = ("item", "drop")
 NONFINITE_WEIGHT_POLICIES = ("drop", "zero")
 BUILD_METHODS = ("auto", "arrow", "sql")
-SIGN_SALT = 0x2545F4914F6CDD1D  # keep equal to spark_dp.sketch.hashing.SIGN_SALT
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 _NUMERIC = (*_INTEGRAL, T.FloatType, T.DoubleType, T.DecimalType)
 
@@ -96,13 +104,8 @@ def item_kind(df: DataFrame, column: str) -> str:
     )
 
 
-def _to_signed(u: int) -> int:
-    u &= (1 << 64) - 1
-    return u - (1 << 64) if u >> 63 else u
-
-
 def _seed_lit(seed: int) -> Column:
-    return F.lit(_to_signed(seed)).cast("long")  # a bigint literal: Spark hashes ints and longs differently
+    return F.lit(to_signed(seed)).cast("long")  # a bigint literal: Spark hashes ints and longs differently
 
 
 def bucket_column(item: Column, seed: int, buckets: int) -> Column:
@@ -117,229 +120,6 @@ def sign_column(item: Column, seed: int) -> Column:
     )
 
 
-# -- vectorised XXH64 (Spark's xxhash64) over whole Arrow arrays ---------------
-# The aggregates layer cannot import the family package, so the Arrow kernel
-# has its own vectorised copy of the hash; spark_dp.sketch.hashing keeps the
-# scalar reference and the tests check all three (Spark, reference, this) agree.
-_MASK = (1 << 64) - 1
-_U = np.uint64
-_P1, _P2, _P3 = _U(0x9E3779B185EBCA87), _U(0xC2B2AE3D27D4EB4F), _U(0x165667B19E3779F9)
-_P4, _P5 = _U(0x85EBCA77C2B2AE63), _U(0x27D4EB2F165667C5)
-_SPARK_SEED = 42
-_HASH_BLOCK = 16384  # items per vectorised step: (2k × block) uint64 temporaries stay cache-sized
-
-
-def _rotl_(x: np.ndarray, r: int, tmp: np.ndarray) -> np.ndarray:
-    """In-place 64-bit rotate left of ``x`` by ``r`` (``tmp``: scratch of x's shape)."""
-    np.right_shift(x, _U(64 - r), out=tmp)
-    np.left_shift(x, _U(r), out=x)
-    np.bitwise_or(x, tmp, out=x)
-    return x
-
-
-def _round0(lane: np.ndarray) -> np.ndarray:
-    """XXH64 round(0, lane) = rotl(lane·P2, 31)·P1 (independent of the seed)."""
-    x = lane * _P2
-    x = (x << _U(31)) | (x >> _U(33))
-    x *= _P1
-    return x
-
-
-def _fmix_(h: np.ndarray, tmp: np.ndarray) -> np.ndarray:
-    np.right_shift(h, _U(33), out=tmp)
-    h ^= tmp
-    h *= _P2
-    np.right_shift(h, _U(29), out=tmp)
-    h ^= tmp
-    h *= _P3
-    np.right_shift(h, _U(32), out=tmp)
-    h ^= tmp
-    return h
-
-
-def xxh64_long_columns(values: np.ndarray, states: np.ndarray) -> np.ndarray:
-    """Spark's ``XXH64.hashLong(v, state)`` for every state × value.
-
-    Args:
-        values: int64 array of n items.
-        states: uint64 array of s seeds (hash states).
-
-    Returns:
-        uint64 array of shape (s, n).
-    """
-    v = np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)
-    states = np.asarray(states, dtype=np.uint64)
-    h = np.empty((states.size, v.size), dtype=np.uint64)
-    h[:] = (states + _U(8))[:, None] + _P5  # seed + P5 + 8, wrapping
-    tmp = np.empty_like(h)
-    h ^= _round0(v)
-    _rotl_(h, 27, tmp)
-    h *= _P1
-    h += _P4
-    return _fmix_(h, tmp)
-
-
-def spark_seed_states(seeds: Sequence[int]) -> np.ndarray:
-    """The hash states after Spark's ``xxhash64(lit(seed: bigint), …)`` consumed each seed (uint64)."""
-    vals = np.array([_to_signed(int(s)) for s in seeds], dtype=np.int64)
-    return xxh64_long_columns(vals, np.array([_SPARK_SEED], dtype=np.uint64))[0]
-
-
-def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets as int64 of length n + 1, data bytes padded with 8 zeros) of a (large_)string array."""
-    odt = np.int64 if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type) else np.int32
-    bufs = arr.buffers()
-    n = len(arr)
-    if bufs[1] is None:
-        offsets = np.zeros(n + 1, dtype=np.int64)
-    else:
-        offsets = np.frombuffer(bufs[1], dtype=odt, count=n + 1, offset=arr.offset * np.dtype(odt).itemsize)
-        offsets = offsets.astype(np.int64)
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None and bufs[2].size else np.zeros(0, np.uint8)
-    pad = np.zeros(data.size + 8, dtype=np.uint8)
-    pad[: data.size] = data
-    return offsets, pad
-
-
-def _stripes(starts: np.ndarray, nstripes: np.ndarray, states: np.ndarray, w8: np.ndarray, tmp: np.ndarray) -> np.ndarray:
-    """XXH64's 32-byte stripe phase + merge for strings of ≥ 32 bytes (``nstripes`` non-increasing)."""
-    s, m = tmp.shape
-    col = states[:, None]
-    with np.errstate(over="ignore"):
-        accs = []
-        for init in ((0x9E3779B185EBCA87 + 0xC2B2AE3D27D4EB4F) & _MASK, 0xC2B2AE3D27D4EB4F, 0, (-0x9E3779B185EBCA87) & _MASK):
-            v = np.empty((s, m), dtype=np.uint64)
-            v[:] = col + _U(init)
-            accs.append(v)
-    neg = -nstripes
-    for j in range(int(nstripes[0]) if m else 0):
-        a = int(np.searchsorted(neg, -j, side="left"))  # strings with more than j stripes: a prefix
-        t = tmp[:, :a]
-        for q in range(4):
-            v = accs[q][:, :a]
-            v += w8[starts[:a] + (32 * j + 8 * q)] * _P2
-            np.right_shift(v, _U(33), out=t)
-            np.left_shift(v, _U(31), out=v)
-            v |= t
-            v *= _P1
-    h = accs[0].copy()
-    _rotl_(h, 1, tmp)
-    for q, r in ((1, 7), (2, 12), (3, 18)):
-        x = accs[q].copy()
-        h += _rotl_(x, r, tmp)
-    for q in range(4):
-        x = accs[q]
-        x *= _P2
-        _rotl_(x, 31, tmp)
-        x *= _P1
-        h ^= x
-        h *= _P1
-        h += _P4
-    return h
-
-
-def xxh64_string_columns(arr: pa.Array, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """XXH64 of every string of ``arr`` (UTF-8 bytes) under every state, vectorised.
-
-    Strings are grouped by length class (≥ 32 bytes or not, length mod 32) so
-    that each class runs one fixed sequence of whole-array uint64 operations
-    on 8-byte words gathered straight from Arrow's data buffer (unaligned
-    strided views): no Python loop over rows. Nulls hash to the state
-    itself, as in Spark (a null argument leaves the chained hash unchanged).
-
-    Args:
-        arr: a ``string``/``large_string`` (or binary) Arrow array.
-        states: uint64 array of s seeds.
-
-    Returns:
-        ``(order, H)``: H (s, n) uint64 holds the hashes of ``arr[order]``
-        (the kernel keeps this order and permutes its weights instead).
-    """
-    states = np.asarray(states, dtype=np.uint64)
-    s, n = states.size, len(arr)
-    offsets, pad = _string_buffers(arr)
-    starts = offsets[:-1]
-    lengths = np.diff(offsets)
-    w8 = np.ndarray((pad.size - 7,), dtype="<u8", buffer=pad, offset=0, strides=(1,))
-    w4 = np.ndarray((pad.size - 3,), dtype="<u4", buffer=pad, offset=0, strides=(1,))
-    cls = (lengths & 31).astype(np.uint8)
-    cls[lengths >= 32] += 32
-    order = np.argsort(cls, kind="stable")  # radix sort of small ints
-    counts = np.bincount(cls, minlength=64)
-    bounds = np.concatenate([[0], np.cumsum(counts)])
-    out = np.empty((s, n), dtype=np.uint64)
-    col = states[:, None]
-    for c in np.flatnonzero(counts):
-        lo, hi = int(bounds[c]), int(bounds[c + 1])
-        tail = int(c) & 31
-        if c >= 32:  # long strings: sort the class by stripe count, descending
-            sel = order[lo:hi]
-            sel = sel[np.argsort(-(lengths[sel] // 32), kind="stable")]
-            order[lo:hi] = sel
-        for b0 in range(lo, hi, _HASH_BLOCK):
-            ss = order[b0 : min(hi, b0 + _HASH_BLOCK)]
-            m = ss.size
-            st, ln = starts[ss], lengths[ss]
-            tmp = np.empty((s, m), dtype=np.uint64)
-            if c >= 32:
-                ns = ln // 32
-                h = _stripes(st, ns, states, w8, tmp)
-                pos = st + 32 * ns
-            else:
-                h = np.empty((s, m), dtype=np.uint64)
-                with np.errstate(over="ignore"):
-                    h[:] = col + _P5
-                pos = st
-            h += ln.astype(np.uint64)
-            for w in range(tail // 8):
-                h ^= _round0(w8[pos + 8 * w])
-                _rotl_(h, 27, tmp)
-                h *= _P1
-                h += _P4
-            p = pos + 8 * (tail // 8)
-            if tail & 4:
-                h ^= w4[p].astype(np.uint64) * _P1
-                _rotl_(h, 23, tmp)
-                h *= _P2
-                h += _P3
-                p = p + 4
-            for q in range(tail & 3):
-                h ^= pad[p + q].astype(np.uint64) * _P5
-                _rotl_(h, 11, tmp)
-                h *= _P1
-            out[:, b0 : b0 + m] = _fmix_(h, tmp)
-    if arr.null_count:
-        nulls = np.asarray(arr.is_null().to_numpy(zero_copy_only=False))[order]
-        out[:, nulls] = col
-    return order, out
-
-
-def spark_xxhash64_array(arr: pa.Array, seeds: Sequence[int], kind: str) -> np.ndarray:
-    """Spark's ``xxhash64(lit(seed).cast('bigint'), item)`` of every item, vectorised.
-
-    Args:
-        arr: Arrow array of strings (``kind='string'``) or integers
-            (``kind='long'``, cast to int64 as Spark casts to bigint); nulls allowed.
-        seeds: s signed or unsigned 64-bit seeds.
-
-    Returns:
-        int64 array of shape (s, n), in the order of ``arr``.
-    """
-    states = spark_seed_states(seeds)
-    if kind == "string":
-        order, h = xxh64_string_columns(arr, states)
-        out = np.empty_like(h)
-        out[:, order] = h
-    elif kind == "long":
-        arr = arr.cast(pa.int64())
-        out = xxh64_long_columns(arr.fill_null(0).to_numpy(), states)
-        if arr.null_count:
-            out[:, np.asarray(arr.is_null().to_numpy(zero_copy_only=False))] = states[:, None]
-    else:
-        raise ValueError(f"unknown item kind {kind!r}")
-    return out.view(np.int64)
-
-
 # -- the mapInArrow kernel ------------------------------------------------------
 DENSE_MAX_COUNTERS = 1 << 24  # k·b above this: per-chunk sparse rows + one groupBy instead of dense partials
 CHUNK_ROWS = 1 << 20  # rows pre-summed together (Arrow batches are gathered up to this)
@@ -351,7 +131,7 @@ _SPARSE_SCHEMA = "idx bigint, v double"
 def _pmod(h: np.ndarray, buckets: int) -> np.ndarray:
     """pmod(h as signed long, b) — for b = 2^j a mask of the two's-complement bits."""
     if buckets & (buckets - 1) == 0:
-        return (h & _U(buckets - 1)).view(np.int64)
+        return (h & np.uint64(buckets - 1)).view(np.int64)
     return np.mod(h.view(np.int64), np.int64(buckets))
 
 
@@ -368,7 +148,7 @@ class _SketchKernel:
         self.kind, self.k, self.b = kind, len(seeds), int(buckets)
         self.signed, self.weighted, self.preaggregate, self.dense = signed, weighted, preaggregate, dense
         bucket_states = spark_seed_states(seeds)
-        sign_states = spark_seed_states([_to_signed((int(s) & _MASK) ^ SIGN_SALT) for s in seeds])
+        sign_states = spark_seed_states([sign_seed(int(s)) for s in seeds])
         self.states = np.concatenate([bucket_states, sign_states]) if signed else bucket_states
 
     def counters(self, items: pa.Array, w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -388,7 +168,7 @@ class _SketchKernel:
         m = h.shape[1]
         wv = np.ones(m) if w is None else w
         if self.signed:
-            neg = (h[k:] & _U(1)).astype(bool)
+            neg = (h[k:] & np.uint64(1)).astype(bool)
             v = np.where(neg, -wv, wv)
         else:
             v = np.broadcast_to(wv, (k, m))
@@ -500,8 +280,7 @@ class _DyadicKernel(_SketchKernel):
         self.block_items = int(block_items or max(1024, _BLOCK_ITEMS * 8 // (self.levels * 8)))
         self.signed, self.weighted, self.preaggregate, self.dense = True, weighted, preaggregate, dense
         self.level_states = [
-            np.concatenate([spark_seed_states(s), spark_seed_states([_to_signed((int(x) & _MASK) ^ SIGN_SALT)
-                                                                     for x in s])]) for s in seeds]
+            np.concatenate([spark_seed_states(s), spark_seed_states([sign_seed(int(x)) for x in s])]) for s in seeds]
         self.hash_state = None if hash_seed is None else spark_seed_states([hash_seed])
 
     def ids(self, items: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -514,7 +293,7 @@ class _DyadicKernel(_SketchKernel):
                 raw[order] = h[0]
             else:
                 raw = xxh64_long_columns(items.cast(pa.int64()).fill_null(0).to_numpy(), self.hash_state)[0]
-            return (raw & _U((1 << self.levels) - 1)).view(np.int64), valid
+            return (raw & np.uint64((1 << self.levels) - 1)).view(np.int64), valid
         vals = items.cast(pa.int64()).fill_null(-1).to_numpy()
         return vals, valid & (vals >= 0) & (vals < (1 << self.levels))
 
@@ -529,7 +308,7 @@ class _DyadicKernel(_SketchKernel):
             idx = _pmod(h[:k], b)
             idx += (((lvl - 1) * k + np.arange(k, dtype=np.int64)) * b)[:, None]
             idx_parts.append(idx.ravel())
-            v_parts.append(np.where((h[k:] & _U(1)).astype(bool), -wv, wv).ravel())
+            v_parts.append(np.where((h[k:] & np.uint64(1)).astype(bool), -wv, wv).ravel())
         return np.concatenate(idx_parts), np.concatenate(v_parts)
 
 
