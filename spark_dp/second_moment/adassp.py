@@ -52,6 +52,7 @@ from spark_dp.privacy import (
     second_moment_l2_sensitivity,
 )
 from spark_dp.second_moment.regression import solve_normal_equations
+from spark_dp.second_moment._registry import MechanismPlan, MechanismSpec, PlanRequest
 
 
 @dataclass(frozen=True)
@@ -111,3 +112,24 @@ def adassp(gram: np.ndarray, *, chokepoint: Chokepoint, plan: AdaSSPPlan) -> dic
     # Step 5: ridge solution.
     beta, info = solve_normal_equations(xtx_hat, xty_hat, ridge=lam)
     return {"coefficients": beta, "xtx": xtx_hat, "xty": xty_hat, "lambda": np.array([lam]), "info": info}
+
+
+# -- the registry entry (spark_dp.second_moment.api.MECHANISMS) --------------------------------
+def plan_release(req: PlanRequest) -> MechanismPlan:
+    """AdaSSP's plan: three Gaussian events; sensitivities for m rows per unit and the relation."""
+    plan = adassp_plan(epsilon=req.epsilon, delta=req.delta, norm_bound=req.norm_bound, neighbors=req.neighbors,
+                       max_rows_per_unit=req.max_rows_per_unit)
+    privacy = {**req.base_privacy, "noise": "gaussian x3 (lambda_min, X^T X, X^T y)", "noise_sigma": list(plan.sigmas),
+               "sensitivity": list(plan.sensitivities),
+               "calibration": "exact composition of three equal Gaussian releases (mu-GDP)",
+               "rho": plan.rho, "clipping": "rows [x, y] jointly to L2 norm <= B"}
+    return MechanismPlan("adassp", list(plan.events), privacy, {},
+                         lambda gram, cp: adassp(gram, chokepoint=cp, plan=plan))
+
+
+MECHANISM = MechanismSpec(
+    name="adassp", plan=plan_release, params=frozenset(), calibrations=("exact",),
+    postprocess=("none",),  # it releases no second-moment matrix to post-process
+    units=True, theorem_neighbors="as requested (sensitivities of lambda_min, X^T X and X^T y for the relation)",
+    tasks=("linear_regression",),
+)

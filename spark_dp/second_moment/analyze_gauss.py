@@ -33,6 +33,7 @@ from spark_dp.errors import ConfigError
 from spark_dp.second_moment._postprocess import POSTPROCESS  # noqa: F401 - re-exported (the API validates with it)
 from spark_dp.second_moment._postprocess import postprocess_matrix as _postprocess_matrix
 from spark_dp.privacy import Chokepoint, GaussianEvent, gaussian_noise_multiplier, second_moment_l2_sensitivity
+from spark_dp.second_moment._registry import MechanismPlan, MechanismSpec, PlanRequest
 
 CALIBRATIONS = ("exact", "paper")
 PAPER_FORMULA = "paper: sigma = Delta sqrt(2 ln(2/delta))/epsilon (Sheffet Sec. 2, the Analyze Gauss baseline)"
@@ -102,3 +103,28 @@ def postprocess_matrix(matrix: np.ndarray, how: str, *, sigma: float) -> np.ndar
     """Analyze Gauss's post-processing (no privacy cost): ``shift`` adds c·I with c = 2σ√d; ``psd``
     projects the release as drawn (:mod:`spark_dp.second_moment._postprocess`)."""
     return _postprocess_matrix(matrix, how, shift=2.0 * sigma * math.sqrt(matrix.shape[0]), psd_after_shift=False)
+
+
+# -- the registry entry (spark_dp.second_moment.api.MECHANISMS) --------------------------------
+def plan_release(req: PlanRequest) -> MechanismPlan:
+    """Analyze Gauss's plan: one GaussianEvent, σ = z·Δ with Δ for m rows per unit and the relation."""
+    event, sigma, sens = analyze_gauss_plan(epsilon=req.epsilon, delta=req.delta, norm_bound=req.norm_bound,
+                                            neighbors=req.neighbors, max_rows_per_unit=req.max_rows_per_unit,
+                                            calibration=req.calibration, owner=req.owner)
+    postprocess = req.postprocess
+
+    def noise(gram, cp):
+        return analyze_gauss(gram, chokepoint=cp, sigma=sigma, sensitivity=sens, postprocess=postprocess)
+
+    privacy = {**req.base_privacy, "sensitivity": sens, "sensitivity_norm": "l2 of the upper triangle of A^T A",
+               "noise": "gaussian", "noise_sigma": sigma, "noise_multiplier": event.noise_multiplier,
+               "calibration": "exact (Balle & Wang 2018)" if req.calibration == "exact" else PAPER_FORMULA,
+               "event_representation": "GaussianEvent at the noise multiplier used (what the release guarantees)"}
+    return MechanismPlan("analyze_gauss", [event], privacy, {"postprocess": postprocess, "calibration": req.calibration},
+                         noise)
+
+
+MECHANISM = MechanismSpec(
+    name="analyze_gauss", plan=plan_release, params=frozenset(), calibrations=CALIBRATIONS, postprocess=POSTPROCESS,
+    units=True, theorem_neighbors="as requested (sensitivity of A^T A for the relation)",
+)

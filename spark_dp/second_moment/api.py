@@ -19,7 +19,6 @@ mean k·B²·I; JL and inverse-Wishart subtract the ridge w²·I.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,61 +31,39 @@ from spark_dp.aggregates.jl import ROW_IDS
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import NEIGHBORS, Budget, Chokepoint
 from spark_dp.release import Release
-from spark_dp.second_moment.adassp import adassp, adassp_plan
-from spark_dp.second_moment.analyze_gauss import PAPER_FORMULA as AG_PAPER_FORMULA
-from spark_dp.second_moment.analyze_gauss import POSTPROCESS, analyze_gauss, analyze_gauss_plan
-from spark_dp.second_moment.inverse_wishart import inverse_wishart, inverse_wishart_plan, posterior_dof
-from spark_dp.second_moment.jl_ridge import CALIBRATIONS, PROJECTIONS, jl_ridge, jl_ridge_from_gram, jl_ridge_plan
+from spark_dp.second_moment.adassp import MECHANISM as ADASSP
+from spark_dp.second_moment.analyze_gauss import MECHANISM as ANALYZE_GAUSS
+from spark_dp.second_moment.inverse_wishart import MECHANISM as INVERSE_WISHART
+from spark_dp.second_moment.jl_ridge import MECHANISM as JL_RIDGE
+from spark_dp.second_moment.wishart import MECHANISM as WISHART
+from spark_dp.second_moment._postprocess import POSTPROCESS
+from spark_dp.second_moment._registry import (  # noqa: F401 - default_projection_rows is re-exported
+    OPTIONAL_PARAMS,
+    MechanismPlan,
+    MechanismSpec,
+    PlanRequest,
+    default_projection_rows,
+)
+from spark_dp.second_moment.jl_ridge import CALIBRATIONS, PROJECTIONS
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.regression import regression_coefficients, solve_normal_equations
-from spark_dp.second_moment.wishart import additive_wishart, wishart_plan
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
 
-SECOND_MOMENT_MECHANISMS = ("analyze_gauss", "jl_ridge", "wishart", "inverse_wishart")
-REGRESSION_MECHANISMS = SECOND_MOMENT_MECHANISMS + ("adassp",)
-PCA_MECHANISMS = SECOND_MOMENT_MECHANISMS
-DEFAULT_PROJECTION_ROWS = 400
-THEOREM_NEIGHBORS = {
-    "analyze_gauss": "as requested (sensitivity of A^T A for the relation)",
-    "jl_ridge": "add/remove one row (exact chi-square profile); replace via group privacy of size 2",
-    "wishart": "replace one row (Sheffet Thm 4.1); implies add/remove since the release depends on A^T A only",
-    "inverse_wishart": "add/remove one row with public dof m (exact chi-square profile); replace via group privacy "
-                       "of size 2; the paper's m = n + m0 (public_n) needs n public: replace-one only",
-    "adassp": "as requested (sensitivities of lambda_min, X^T X and X^T y for the relation)",
-}
+# The registry: one line per mechanism; each module declares its constraints and planner.
+MECHANISMS: dict[str, MechanismSpec] = {spec.name: spec for spec in (
+    ANALYZE_GAUSS, JL_RIDGE, WISHART, INVERSE_WISHART, ADASSP,
+)}
+SECOND_MOMENT_MECHANISMS = tuple(n for n, s in MECHANISMS.items() if "second_moment" in s.tasks)
+REGRESSION_MECHANISMS = tuple(n for n, s in MECHANISMS.items() if "linear_regression" in s.tasks)
+PCA_MECHANISMS = tuple(n for n, s in MECHANISMS.items() if "pca" in s.tasks)
+THEOREM_NEIGHBORS = {n: s.theorem_neighbors for n, s in MECHANISMS.items()}
 
 
-# What the secure-sampler argument covers for the JL release, stated in every JL manifest
-# (docs/privacy.md, "Floating point and the JL projection").
-JL_FLOATING_POINT = {
-    "gram": ("The Gaussian matrix Z comes from the session sampler (secure: exact discrete Gaussian on a 2^-30 grid), "
-             "so the sampling-side floating-point attacks (Mironov 2012; Jin et al. 2022: the irregular set of "
-             "doubles a floating-point sampler can return) do not apply. The release is not x + noise but "
-             "L Z^T Z L^T / r computed in floating point; the privacy proof is for exact arithmetic and the "
-             "rounding of those products is not covered by it (no attack on it is known)."),
-    "rows": ("R's data columns are Box-Muller floating-point normals from Philox on the executors, NOT the secure "
-             "sampler: the secure-sampler argument does not cover them. Use projection 'gram' (the default) when "
-             "floating-point attacks are in the threat model."),
-}
-
-
-def default_projection_rows(d: int) -> int:
-    """Default r (JL) and m (inverse-Wishart): max(400, 2d)."""
-    return max(DEFAULT_PROJECTION_ROWS, 2 * d)
-
-
-@dataclass
-class MechanismPlan:
-    """The public plan of one release: events, privacy fields, and how to noise."""
-
-    mechanism: str
-    events: list
-    privacy: dict[str, Any]
-    params: dict[str, Any]
-    noise: Callable[..., Any] = field(repr=False)
-    needs_gram: bool = True
+def _accepting(what: str, value: Any) -> str:
+    names = [n for n, s in MECHANISMS.items() if (value in s.calibrations if what == "calibration" else what in s.params)]
+    return "mechanism" + ("s " if len(names) > 1 else " ") + ", ".join(repr(n) for n in names)
 
 
 def plan_mechanism(
@@ -95,14 +72,19 @@ def plan_mechanism(
     public_n: int | None = None, prior_dof: int | None = None,
     calibration: str = "exact", row_ids: str = "content", projection: str = "gram", owner: str = "second_moment",
 ) -> MechanismPlan:
-    """Validates the mechanism's parameters against d and plans its events.
+    """Validates the mechanism's parameters against its registry entry and plans its events.
 
-    Raises ConfigError (naming the parameter) for: max_rows_per_unit > 1 with
-    a Sheffet mechanism, r or m < d + 2, a Wishart k below Sheffet's bound
-    for (ε, δ), ε > 1 for Wishart, ``calibration="paper"`` for
-    inverse_wishart or adassp (no paper constant we can cite) or with
-    ε ≥ 1 for analyze_gauss, ``public_n``/``prior_dof`` other than for
-    inverse_wishart, ``public_n`` with add/remove neighbours or with ``dof``.
+    Generic checks, from each mechanism's :class:`MechanismSpec` (a
+    ConfigError naming the parameter): an optional parameter the mechanism
+    does not take (``projection_rows``, ``row_ids`` and ``projection`` are
+    jl_ridge's; ``dof`` wishart's and inverse_wishart's; ``public_n`` and
+    ``prior_dof`` inverse_wishart's), a calibration it has no published
+    constant for (``paper``: analyze_gauss with ε < 1, jl_ridge, wishart), a
+    post-processing it does not release a matrix for (adassp), and
+    ``max_rows_per_unit`` > 1 where its proof is for one row per unit (only
+    analyze_gauss and adassp take m > 1). The mechanism's own planner then
+    checks the rest (r or m < d + 2, Wishart's k and ε, ``public_n`` with
+    add/remove neighbours or with ``dof``; see the mechanism modules).
 
     ``public_n`` (inverse_wishart): the paper's posterior m = n + m₀ with n
     public (given by the user, recorded in the manifest) and m₀ =
@@ -111,148 +93,35 @@ def plan_mechanism(
     V.check_option("calibration", calibration, CALIBRATIONS, owner=owner)
     V.check_option("row_ids", row_ids, ROW_IDS, owner=owner)
     V.check_option("projection", projection, PROJECTIONS, owner=owner)
-    if row_ids != "content" and mechanism != "jl_ridge":
-        raise ConfigError(f"The 'row_ids' parameter of {owner} applies to mechanism 'jl_ridge' only. Got {row_ids!r} for {mechanism!r}.")
-    if projection != "gram" and mechanism != "jl_ridge":
-        raise ConfigError(f"The 'projection' parameter of {owner} applies to mechanism 'jl_ridge' only. Got {projection!r} for {mechanism!r}.")
-    if row_ids != "content" and projection != "rows":
-        raise ConfigError(f"The 'row_ids' parameter of {owner} applies to projection 'rows' only (the default "
-                          f"projection 'gram' draws no per-row randomness). Got {row_ids!r} with projection {projection!r}.")
-    if calibration == "paper" and mechanism not in ("jl_ridge", "analyze_gauss", "wishart"):
-        raise ConfigError(f"The 'calibration' parameter of {owner} may be 'paper' only for mechanisms 'analyze_gauss', "
-                          f"'jl_ridge' and 'wishart' (no published constant to reproduce for {mechanism!r}). "
-                          f"Got {calibration!r} for {mechanism!r}.")
-    if projection_rows is not None and mechanism != "jl_ridge":
-        raise ConfigError(f"The 'projection_rows' parameter of {owner} applies to mechanism 'jl_ridge' only. Got {projection_rows} for {mechanism!r}.")
-    if dof is not None and mechanism not in ("wishart", "inverse_wishart"):
-        raise ConfigError(f"The 'dof' parameter of {owner} applies to mechanisms 'wishart' and 'inverse_wishart' only. Got {dof} for {mechanism!r}.")
-    for pname_, pval_ in (("public_n", public_n), ("prior_dof", prior_dof)):
-        if pval_ is not None and mechanism != "inverse_wishart":
-            raise ConfigError(f"The {pname_!r} parameter of {owner} applies to mechanism 'inverse_wishart' only. Got {pval_} for {mechanism!r}.")
-    if prior_dof is not None and public_n is None:
-        raise ConfigError(f"The 'prior_dof' parameter of {owner} needs 'public_n' (the posterior has m = public_n + prior_dof). "
-                          f"Got prior_dof={prior_dof} without public_n.")
-    if public_n is not None:
-        public_n = V.check_int("public_n", public_n, owner=owner, low=1)
-        if neighbors != "replace":
-            raise ConfigError(f"The 'public_n' parameter of {owner} needs neighbors 'replace' (n is public only when "
-                              f"neighbours replace a row, as in Sheffet's theorem). Got neighbors {neighbors!r}.")
-        if dof is not None:
-            raise ConfigError(f"The 'dof' parameter of {owner} must not be given with 'public_n' (m = public_n + prior_dof). Got {dof}.")
-        prior_dof = V.check_int("prior_dof", d + 2 if prior_dof is None else prior_dof, owner=owner, low=d)
-        dof = posterior_dof(public_n, prior_dof)
-    if mechanism not in ("analyze_gauss", "adassp") and max_rows_per_unit != 1:
+    spec = MECHANISMS.get(mechanism)
+    if spec is None:
+        raise ConfigError(f"unknown mechanism {mechanism!r}")
+    given = {"projection_rows": projection_rows, "dof": dof, "public_n": public_n, "prior_dof": prior_dof,
+             "row_ids": row_ids, "projection": projection}
+    for name, value in given.items():
+        if value != OPTIONAL_PARAMS[name] and name not in spec.params:
+            raise ConfigError(f"The {name!r} parameter of {owner} applies to {_accepting(name, value)} only. "
+                              f"Got {value!r} for {mechanism!r}.")
+    if calibration not in spec.calibrations:
+        raise ConfigError(f"The 'calibration' parameter of {owner} may be {calibration!r} only for "
+                          f"{_accepting('calibration', calibration)} (no published constant to reproduce for "
+                          f"{mechanism!r}). Got {calibration!r} for {mechanism!r}.")
+    if postprocess not in spec.postprocess:
+        raise ConfigError(f"The 'postprocess' parameter of {owner} must be one of {list(spec.postprocess)} for "
+                          f"mechanism {mechanism!r}. Got {postprocess!r} instead.")
+    if not spec.units and max_rows_per_unit != 1:
         raise ConfigError(
             f"The 'max_rows_per_unit' parameter of {owner} must be 1 for mechanism {mechanism!r} "
             f"(its privacy proof is for one row per unit). Got {max_rows_per_unit} instead."
         )
     base = {"epsilon": epsilon, "delta": delta, "neighbors": neighbors, "norm_bound": norm_bound,
-            "privacy_unit_rows": max_rows_per_unit, "theorem_neighbors": THEOREM_NEIGHBORS[mechanism]}
-    if mechanism == "analyze_gauss":
-        event, sigma, sens = analyze_gauss_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound,
-                                                neighbors=neighbors, max_rows_per_unit=max_rows_per_unit,
-                                                calibration=calibration, owner=owner)
-
-        def noise(gram, cp):
-            return analyze_gauss(gram, chokepoint=cp, sigma=sigma, sensitivity=sens, postprocess=postprocess)
-
-        privacy = {**base, "sensitivity": sens, "sensitivity_norm": "l2 of the upper triangle of A^T A",
-                   "noise": "gaussian", "noise_sigma": sigma, "noise_multiplier": event.noise_multiplier,
-                   "calibration": "exact (Balle & Wang 2018)" if calibration == "exact" else AG_PAPER_FORMULA,
-                   "event_representation": "GaussianEvent at the noise multiplier used (what the release guarantees)"}
-        return MechanismPlan(mechanism, [event], privacy, {"postprocess": postprocess, "calibration": calibration}, noise)
-    if mechanism == "adassp":
-        if postprocess != "none":
-            raise ConfigError(f"The 'postprocess' parameter of {owner} must be 'none' for mechanism 'adassp' "
-                              f"(it releases no second-moment matrix to post-process). Got {postprocess!r} instead.")
-        plan = adassp_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
-                           max_rows_per_unit=max_rows_per_unit)
-        privacy = {**base, "noise": "gaussian x3 (lambda_min, X^T X, X^T y)", "noise_sigma": list(plan.sigmas),
-                   "sensitivity": list(plan.sensitivities),
-                   "calibration": "exact composition of three equal Gaussian releases (mu-GDP)",
-                   "rho": plan.rho, "clipping": "rows [x, y] jointly to L2 norm <= B"}
-        return MechanismPlan(mechanism, list(plan.events), privacy, {},
-                             lambda gram, cp: adassp(gram, chokepoint=cp, plan=plan))
-    if mechanism == "wishart":
-        event, k = wishart_plan(d=d, epsilon=epsilon, delta=delta, dof=dof, owner=owner)
-
-        def noise(gram, cp):
-            return additive_wishart(gram, chokepoint=cp, event=event, k=k, norm_bound=norm_bound, postprocess=postprocess)
-
-        privacy = {**base, "noise": "additive Wishart W_d(B^2 I, k)", "dof": k,
-                   "calibration": f"{calibration}: Sheffet Thm 4.1, k >= d + 28 ln(4/delta)/epsilon^2 "
-                                  "(the paper's bound; no exact profile is known, so both modes plan the same k)",
-                   "event_representation": "EpsilonDeltaEvent (tail bound; no tighter profile known)"}
-        return MechanismPlan(mechanism, [event], privacy, {"postprocess": postprocess, "dof": k,
-                                                           "calibration": calibration}, noise)
-    r = default_projection_rows(d) if (projection_rows if mechanism == "jl_ridge" else dof) is None else int(
-        projection_rows if mechanism == "jl_ridge" else dof)
-    pname = "projection_rows" if mechanism == "jl_ridge" else "dof"
-    if r < d + 2:
-        raise ConfigError(
-            f"The {pname!r} parameter of {owner} must be at least d + 2 = {d + 2} for mechanism {mechanism!r} "
-            f"(the release must be positive definite). Got {r} instead."
-        )
-    if mechanism == "jl_ridge":
-        event, w = jl_ridge_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound, r=r, neighbors=neighbors,
-                                 calibration=calibration)
-
-        if projection == "gram":
-
-            def noise(gram, cp):
-                return jl_ridge_from_gram(gram, chokepoint=cp, event=event, r=r, w=w, postprocess=postprocess)
-        else:
-
-            def noise(project, cp):
-                return jl_ridge(project, chokepoint=cp, event=event, r=r, d=d, w=w, postprocess=postprocess)
-
-        privacy = {**base, "noise": "Gaussian JL projection of [A; wI]", "projection_rows": r, "ridge_w": w,
-                   "ridge_w2": w * w,
-                   "calibration": ("exact chi-square privacy profile, worst case over a <= B^2/w^2"
-                                   if calibration == "exact" else "paper: w^2 = (8B^2/eps)(sqrt(2r ln(8/delta)) + 2 ln(8/delta))"),
-                   "event_representation": type(event).__name__ + (
-                       " (exact chi-square PLD, composed tightly)" if type(event).__name__ == "Chi2ProfileEvent"
-                       else " at the calibrated (epsilon, delta)")}
-        if projection == "gram":
-            privacy["projection"] = ("gram: R·Ã drawn in its exact distribution, rows i.i.d. N(0, A^T A + w^2 I), "
-                                     "from the exact A^T A (one pass; R is never drawn)")
-            privacy["randomness"] = ("Z (r x d) i.i.d. N(0,1) from the session sampler after the charge (secure: "
-                                     "OpenDP discrete Gaussian on the 2^-30 grid, OS entropy; the source of the "
-                                     "Wishart mechanisms); release (Z L^T)^T (Z L^T)/r with L L^T = A^T A + w^2 I")
-            privacy["floating_point"] = JL_FLOATING_POINT["gram"]
-        else:
-            privacy["projection"] = "rows: R's columns drawn per data row on the executors"
-            privacy["randomness"] = ("R's data columns: Philox4x32-10 keyed by a 64-bit secret drawn after the charge, "
-                                     "Box-Muller floating-point normals, one counter per row (see row_ids); "
-                                     "ridge columns: the session sampler")
-            privacy["floating_point"] = JL_FLOATING_POINT["rows"]
-            privacy["row_ids"] = ("content hash (partition-independent)" if row_ids == "content"
-                                  else "partition id and position (depends on the input's partitioning)")
-        return MechanismPlan(mechanism, [event], privacy, {"postprocess": postprocess, "projection_rows": r,
-                                                           "calibration": calibration, "projection": projection,
-                                                           "row_ids": row_ids},
-                             noise, needs_gram=projection == "gram")
-    if mechanism == "inverse_wishart":
-        event, w, _ = inverse_wishart_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound, dof=r, neighbors=neighbors)
-
-        def noise(gram, cp):
-            return inverse_wishart(gram, chokepoint=cp, event=event, dof=r, w=w, postprocess=postprocess)
-
-        privacy = {**base, "noise": "inverse-Wishart posterior sample W^-1(A^T A + w^2 I, m), rescaled by m - d - 1",
-                   "dof": r, "ridge_w": w, "ridge_w2": w * w,
-                   "dof_rule": ("public dof m" if public_n is None else
-                                "Sheffet's posterior m = n + m0 with n public (public_n, given by the user; "
-                                "not checked against the data) under replace-one neighbours"),
-                   "public_n": public_n, "prior_dof": prior_dof,
-                   "calibration": "exact chi-square privacy profile, worst case over a <= B^2/w^2",
-                   "event_representation": type(event).__name__ + (
-                       " (exact chi-square PLD, composed tightly)" if type(event).__name__ == "Chi2ProfileEvent"
-                       else " at the calibrated (epsilon, delta)")}
-        iw_params = {"postprocess": postprocess, "dof": r}
-        if public_n is not None:
-            iw_params.update(public_n=public_n, prior_dof=prior_dof)
-        return MechanismPlan(mechanism, [event], privacy, iw_params, noise)
-    raise ConfigError(f"unknown mechanism {mechanism!r}")
+            "privacy_unit_rows": max_rows_per_unit, "theorem_neighbors": spec.theorem_neighbors}
+    return spec.plan(PlanRequest(
+        d=d, epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
+        max_rows_per_unit=max_rows_per_unit, postprocess=postprocess, calibration=calibration, owner=owner,
+        base_privacy=base, projection_rows=projection_rows, dof=dof, public_n=public_n, prior_dof=prior_dof,
+        row_ids=row_ids, projection=projection,
+    ))
 
 
 def _check_common(owner, epsilon, delta, norm_bound, neighbors, postprocess, nonfinite, max_rows_per_unit, privacy_unit):

@@ -41,6 +41,16 @@ from scipy import linalg
 from spark_dp.privacy import Chi2ProfileEvent, Chokepoint, EpsilonDeltaEvent
 from spark_dp.privacy.chi2_profile import add_remove_target, calibrate_a_max
 from spark_dp.second_moment._postprocess import postprocess_matrix
+from spark_dp import _validation as V
+from spark_dp.errors import ConfigError
+from spark_dp.second_moment._postprocess import POSTPROCESS
+from spark_dp.second_moment._registry import (
+    MechanismPlan,
+    MechanismSpec,
+    PlanRequest,
+    check_rows_at_least_d_plus_2,
+    default_projection_rows,
+)
 
 
 def posterior_dof(public_n: int, prior_dof: int) -> int:
@@ -89,3 +99,56 @@ def inverse_wishart(
     out = 0.5 * (out + out.T)
     # Post-processing: shift subtracts the ridge w²·I; psd projects after it.
     return postprocess_matrix(out, postprocess, shift=-(w**2), psd_after_shift=True)
+
+
+# -- the registry entry (spark_dp.second_moment.api.MECHANISMS) --------------------------------
+def plan_release(req: PlanRequest) -> MechanismPlan:
+    """Inverse-Wishart's plan: public dof m (default max(400, 2d)), or Sheffet's m = public_n + prior_dof
+    under replace-one neighbours; w from the exact χ² profile."""
+    d, owner = req.d, req.owner
+    public_n, prior_dof, dof = req.public_n, req.prior_dof, req.dof
+    if prior_dof is not None and public_n is None:
+        raise ConfigError(f"The 'prior_dof' parameter of {owner} needs 'public_n' (the posterior has m = public_n + "
+                          f"prior_dof). Got prior_dof={prior_dof} without public_n.")
+    if public_n is not None:
+        public_n = V.check_int("public_n", public_n, owner=owner, low=1)
+        if req.neighbors != "replace":
+            raise ConfigError(f"The 'public_n' parameter of {owner} needs neighbors 'replace' (n is public only when "
+                              f"neighbours replace a row, as in Sheffet's theorem). Got neighbors {req.neighbors!r}.")
+        if dof is not None:
+            raise ConfigError(f"The 'dof' parameter of {owner} must not be given with 'public_n' (m = public_n + "
+                              f"prior_dof). Got {dof}.")
+        prior_dof = V.check_int("prior_dof", d + 2 if prior_dof is None else prior_dof, owner=owner, low=d)
+        dof = posterior_dof(public_n, prior_dof)
+    r = default_projection_rows(d) if dof is None else int(dof)
+    check_rows_at_least_d_plus_2(r, d, name="dof", mechanism="inverse_wishart", owner=owner)
+    event, w, _ = inverse_wishart_plan(epsilon=req.epsilon, delta=req.delta, norm_bound=req.norm_bound, dof=r,
+                                       neighbors=req.neighbors)
+    postprocess = req.postprocess
+
+    def noise(gram, cp):
+        return inverse_wishart(gram, chokepoint=cp, event=event, dof=r, w=w, postprocess=postprocess)
+
+    privacy = {**req.base_privacy,
+               "noise": "inverse-Wishart posterior sample W^-1(A^T A + w^2 I, m), rescaled by m - d - 1",
+               "dof": r, "ridge_w": w, "ridge_w2": w * w,
+               "dof_rule": ("public dof m" if public_n is None else
+                            "Sheffet's posterior m = n + m0 with n public (public_n, given by the user; "
+                            "not checked against the data) under replace-one neighbours"),
+               "public_n": public_n, "prior_dof": prior_dof,
+               "calibration": "exact chi-square privacy profile, worst case over a <= B^2/w^2",
+               "event_representation": type(event).__name__ + (
+                   " (exact chi-square PLD, composed tightly)" if type(event).__name__ == "Chi2ProfileEvent"
+                   else " at the calibrated (epsilon, delta)")}
+    params = {"postprocess": postprocess, "dof": r}
+    if public_n is not None:
+        params.update(public_n=public_n, prior_dof=prior_dof)
+    return MechanismPlan("inverse_wishart", [event], privacy, params, noise)
+
+
+MECHANISM = MechanismSpec(
+    name="inverse_wishart", plan=plan_release, params=frozenset({"dof", "public_n", "prior_dof"}),
+    calibrations=("exact",), postprocess=POSTPROCESS, units=False,
+    theorem_neighbors="add/remove one row with public dof m (exact chi-square profile); replace via group privacy "
+                      "of size 2; the paper's m = n + m0 (public_n) needs n public: replace-one only",
+)

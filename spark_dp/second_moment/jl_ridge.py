@@ -27,8 +27,9 @@ Two ways to draw the same release (``projection``):
   with exactly the distribution of (RÃ)ᵀ(RÃ)/r — the distribution the
   privacy proof is about — at the Gram kernel's cost plus O(rd² + d³) on the
   driver. R itself is never drawn, and the result does not depend on the
-  partitioning. Z comes from numpy's Philox4x64-10 keyed by a 128-bit secret
-  ``key()`` of the session sampler, drawn after the charge.
+  partitioning. Z comes from the session sampler's ``standard_normal`` after
+  the charge (secure: OpenDP's discrete Gaussian on the 2⁻³⁰ grid), as for
+  the Wishart mechanisms.
 * ``rows``: R's columns drawn per data row, as the paper describes it (below).
 
 Randomness of ``rows``: R's columns for the data rows come from a counter-based
@@ -50,6 +51,15 @@ import numpy as np
 from spark_dp.privacy import Chi2ProfileEvent, Chokepoint, EpsilonDeltaEvent
 from spark_dp.privacy.chi2_profile import add_remove_target, calibrate_a_max
 from spark_dp.second_moment._postprocess import postprocess_matrix
+from spark_dp.errors import ConfigError
+from spark_dp.second_moment._postprocess import POSTPROCESS
+from spark_dp.second_moment._registry import (
+    MechanismPlan,
+    MechanismSpec,
+    PlanRequest,
+    check_rows_at_least_d_plus_2,
+    default_projection_rows,
+)
 
 CALIBRATIONS = ("exact", "paper")
 PROJECTIONS = ("gram", "rows")
@@ -150,3 +160,75 @@ def jl_ridge_from_gram(
 def _postprocess(out: np.ndarray, w: float, postprocess: str) -> np.ndarray:
     """``shift`` subtracts the ridge w²·I; ``psd`` projects after it."""
     return postprocess_matrix(out, postprocess, shift=-(w**2), psd_after_shift=True)
+
+
+# What the secure-sampler argument covers for the JL release, stated in every JL manifest
+# (docs/privacy.md, "Floating point and the JL projection").
+JL_FLOATING_POINT = {
+    "gram": ("The Gaussian matrix Z comes from the session sampler (secure: exact discrete Gaussian on a 2^-30 grid), "
+             "so the sampling-side floating-point attacks (Mironov 2012; Jin et al. 2022: the irregular set of "
+             "doubles a floating-point sampler can return) do not apply. The release is not x + noise but "
+             "L Z^T Z L^T / r computed in floating point; the privacy proof is for exact arithmetic and the "
+             "rounding of those products is not covered by it (no attack on it is known)."),
+    "rows": ("R's data columns are Box-Muller floating-point normals from Philox on the executors, NOT the secure "
+             "sampler: the secure-sampler argument does not cover them. Use projection 'gram' (the default) when "
+             "floating-point attacks are in the threat model."),
+}
+
+
+# -- the registry entry (spark_dp.second_moment.api.MECHANISMS) --------------------------------
+def plan_release(req: PlanRequest) -> MechanismPlan:
+    """JL's plan: r rows (default max(400, 2d)), w from the exact χ² profile (or the paper's constant)."""
+    d, owner = req.d, req.owner
+    if req.row_ids != "content" and req.projection != "rows":
+        raise ConfigError(f"The 'row_ids' parameter of {owner} applies to projection 'rows' only (the default "
+                          f"projection 'gram' draws no per-row randomness). Got {req.row_ids!r} with projection "
+                          f"{req.projection!r}.")
+    r = default_projection_rows(d) if req.projection_rows is None else int(req.projection_rows)
+    check_rows_at_least_d_plus_2(r, d, name="projection_rows", mechanism="jl_ridge", owner=owner)
+    event, w = jl_ridge_plan(epsilon=req.epsilon, delta=req.delta, norm_bound=req.norm_bound, r=r,
+                             neighbors=req.neighbors, calibration=req.calibration)
+    postprocess = req.postprocess
+    if req.projection == "gram":
+
+        def noise(gram, cp):
+            return jl_ridge_from_gram(gram, chokepoint=cp, event=event, r=r, w=w, postprocess=postprocess)
+    else:
+
+        def noise(project, cp):
+            return jl_ridge(project, chokepoint=cp, event=event, r=r, d=d, w=w, postprocess=postprocess)
+
+    privacy = {**req.base_privacy, "noise": "Gaussian JL projection of [A; wI]", "projection_rows": r, "ridge_w": w,
+               "ridge_w2": w * w,
+               "calibration": ("exact chi-square privacy profile, worst case over a <= B^2/w^2"
+                               if req.calibration == "exact" else
+                               "paper: w^2 = (8B^2/eps)(sqrt(2r ln(8/delta)) + 2 ln(8/delta))"),
+               "event_representation": type(event).__name__ + (
+                   " (exact chi-square PLD, composed tightly)" if type(event).__name__ == "Chi2ProfileEvent"
+                   else " at the calibrated (epsilon, delta)")}
+    if req.projection == "gram":
+        privacy["projection"] = ("gram: R·Ã drawn in its exact distribution, rows i.i.d. N(0, A^T A + w^2 I), "
+                                 "from the exact A^T A (one pass; R is never drawn)")
+        privacy["randomness"] = ("Z (r x d) i.i.d. N(0,1) from the session sampler after the charge (secure: "
+                                 "OpenDP discrete Gaussian on the 2^-30 grid, OS entropy; the source of the "
+                                 "Wishart mechanisms); release (Z L^T)^T (Z L^T)/r with L L^T = A^T A + w^2 I")
+        privacy["floating_point"] = JL_FLOATING_POINT["gram"]
+    else:
+        privacy["projection"] = "rows: R's columns drawn per data row on the executors"
+        privacy["randomness"] = ("R's data columns: Philox4x32-10 keyed by a 64-bit secret drawn after the charge, "
+                                 "Box-Muller floating-point normals, one counter per row (see row_ids); "
+                                 "ridge columns: the session sampler")
+        privacy["floating_point"] = JL_FLOATING_POINT["rows"]
+        privacy["row_ids"] = ("content hash (partition-independent)" if req.row_ids == "content"
+                              else "partition id and position (depends on the input's partitioning)")
+    return MechanismPlan("jl_ridge", [event], privacy, {"postprocess": postprocess, "projection_rows": r,
+                                                        "calibration": req.calibration, "projection": req.projection,
+                                                        "row_ids": req.row_ids},
+                         noise, needs_gram=req.projection == "gram")
+
+
+MECHANISM = MechanismSpec(
+    name="jl_ridge", plan=plan_release, params=frozenset({"projection_rows", "row_ids", "projection"}),
+    calibrations=CALIBRATIONS, postprocess=POSTPROCESS, units=False,
+    theorem_neighbors="add/remove one row (exact chi-square profile); replace via group privacy of size 2",
+)

@@ -39,6 +39,8 @@ import numpy as np
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Chokepoint, EpsilonDeltaEvent
 from spark_dp.second_moment._postprocess import postprocess_matrix
+from spark_dp.second_moment._postprocess import POSTPROCESS
+from spark_dp.second_moment._registry import MechanismPlan, MechanismSpec, PlanRequest
 
 
 def wishart_min_dof(d: int, epsilon: float, delta: float) -> int:
@@ -100,3 +102,27 @@ def additive_wishart(
     out = gram + w
     # Post-processing: shift subtracts the mean k·B²·I; psd projects after it.
     return postprocess_matrix(out, postprocess, shift=-(k * norm_bound**2), psd_after_shift=True)
+
+
+# -- the registry entry (spark_dp.second_moment.api.MECHANISMS) --------------------------------
+def plan_release(req: PlanRequest) -> MechanismPlan:
+    """Additive Wishart's plan: k from Sheffet's bound (or ``dof``), one (ε, δ) event."""
+    event, k = wishart_plan(d=req.d, epsilon=req.epsilon, delta=req.delta, dof=req.dof, owner=req.owner)
+    norm_bound, postprocess = req.norm_bound, req.postprocess
+
+    def noise(gram, cp):
+        return additive_wishart(gram, chokepoint=cp, event=event, k=k, norm_bound=norm_bound, postprocess=postprocess)
+
+    privacy = {**req.base_privacy, "noise": "additive Wishart W_d(B^2 I, k)", "dof": k,
+               "calibration": f"{req.calibration}: Sheffet Thm 4.1, k >= d + 28 ln(4/delta)/epsilon^2 "
+                              "(the paper's bound; no exact profile is known, so both modes plan the same k)",
+               "event_representation": "EpsilonDeltaEvent (tail bound; no tighter profile known)"}
+    return MechanismPlan("wishart", [event], privacy, {"postprocess": postprocess, "dof": k,
+                                                       "calibration": req.calibration}, noise)
+
+
+MECHANISM = MechanismSpec(
+    name="wishart", plan=plan_release, params=frozenset({"dof"}), calibrations=("exact", "paper"),
+    postprocess=POSTPROCESS, units=False,
+    theorem_neighbors="replace one row (Sheffet Thm 4.1); implies add/remove since the release depends on A^T A only",
+)
