@@ -128,8 +128,7 @@ def main(argv=None) -> int:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from spark_dp.aggregates import sketch as sk
-    from spark_dp.aggregates.sketch import sketch_table, sketch_table_parquet
+    from spark_dp.aggregates.sketch import _kernels, _parquet, sketch_table, sketch_table_parquet
     from spark_dp.runtime import get_spark
 
     tmp = tempfile.mkdtemp()
@@ -165,9 +164,9 @@ def main(argv=None) -> int:
     # The direct-Parquet task function in this process, one core: reading the Parquet files included.
     from spark_dp.aggregates._parquet_tasks import plan_tasks
 
-    kern1 = sk._SketchKernel("string", seeds, b, signed=True, weighted=False, preaggregate=True, dense=True)
+    kern1 = _kernels._SketchKernel("string", seeds, b, signed=True, weighted=False, preaggregate=True, dense=True)
     units = [u for t in plan_tasks(spark, sorted(df.inputFiles()), 8 * k * b) for u in t]
-    task1 = sk._ParquetSketchTask([units], "item", None, kern1, nulls="item", nonfinite="drop")
+    task1 = _parquet._ParquetSketchTask([units], "item", None, kern1, nulls="item", nonfinite="drop")
     ids = pa.RecordBatch.from_arrays([pa.array([0], pa.int64())], names=["id"])
     rows["Direct-Parquet task alone, 1 core in this process (Parquet read included, no Spark)"] = timed(
         lambda: list(task1(iter([ids]))), args.repeat)
@@ -196,7 +195,7 @@ def main(argv=None) -> int:
 
     # The kernel alone, in this process on one core: Arrow batches already in memory.
     batches = pq.read_table(one_file).combine_chunks().to_batches(max_chunksize=10_000)
-    kernel = sk._SketchKernel("string", seeds, b, signed=True, weighted=False, preaggregate=True, dense=True)
+    kernel = _kernels._SketchKernel("string", seeds, b, signed=True, weighted=False, preaggregate=True, dense=True)
 
     def in_memory():
         out = list(kernel(iter(batches)))

@@ -22,6 +22,8 @@ from pyspark.sql import functions as F
 
 import spark_dp
 import spark_dp.aggregates.sketch as sk
+import spark_dp.aggregates.sketch._kernels as sk_kernels
+import spark_dp.aggregates.sketch._sql as sk_sql
 from spark_dp.cli.main import main as cli_main
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import SeededSampler, open_ledger
@@ -77,7 +79,7 @@ def test_domain_hash_equals_spark(spark, levels):
     assert [r[0] for r in dfi.select(sk.hashed_id_column(F.col("x"), seed, levels)).collect()] == \
         hashed_ids(ints, seed, levels, "long").tolist()
     # the vectorised copy in the Arrow kernel agrees too
-    kern = sk._DyadicKernel("string", [[1]] * levels, 8, levels, seed, weighted=False, preaggregate=True, dense=True)
+    kern = sk_kernels._DyadicKernel("string", [[1]] * levels, 8, levels, seed, weighted=False, preaggregate=True, dense=True)
     ids, ok = kern.ids(pa.array(strs, pa.string()))
     assert ids[ok].tolist() == ref[:-1] and not ok[-1]
 
@@ -126,7 +128,8 @@ def test_dyadic_and_histogram_parquet_equal_sql(spark, strings_dir, monkeypatch)
     calls = []
     for name in ("dyadic_tables", "histogram_table"):
         orig = getattr(sk, name)
-        monkeypatch.setattr(sk, name, lambda *a, _o=orig, _n=name, **kw: calls.append(_n) or _o(*a, **kw))
+        for module in (sk, sk_sql):  # the package's name, and the one the direct-Parquet fallback calls
+            monkeypatch.setattr(module, name, lambda *a, _o=orig, _n=name, **kw: calls.append(_n) or _o(*a, **kw))
     for col, hseed, weight in (("item", 77, None), ("item", 77, "w"), ("iid", None, "w")):
         kw = dict(seeds=LEVEL_SEEDS, buckets=32, levels=6, hash_seed=hseed, weight=weight)
         ref = sk.dyadic_tables(df, col, method="sql", **kw)

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-import spark_dp.aggregates.sketch as sk
+import spark_dp.aggregates.sketch._kernels as sk_kernels
 from spark_dp.aggregates.sketch import sketch_table, spark_xxhash64_array, xxh64_string_columns
 from spark_dp.errors import ConfigError
 from spark_dp.sketch.hashing import spark_seed_state, spark_xxhash64, to_signed
@@ -135,11 +135,11 @@ def test_multichunk_partitions_and_sparse_output(spark, monkeypatch):
     df = _strings_df(spark, n=3000, parts=2)
     sql = sketch_table(df, "item", seeds=SEEDS, buckets=37, weight="w", method="sql")
     # many chunks per partition, several hash blocks per chunk
-    monkeypatch.setattr(sk, "CHUNK_ROWS", 300)
-    monkeypatch.setattr(sk, "_BLOCK_ITEMS", 50)
+    monkeypatch.setattr(sk_kernels, "CHUNK_ROWS", 300)
+    monkeypatch.setattr(sk_kernels, "_BLOCK_ITEMS", 50)
     assert np.array_equal(sketch_table(df, "item", seeds=SEEDS, buckets=37, weight="w", method="arrow"), sql)
     # k·b above the dense limit: per-chunk sparse rows merged by a groupBy
-    monkeypatch.setattr(sk, "DENSE_MAX_COUNTERS", 100)
+    monkeypatch.setattr(sk_kernels, "DENSE_MAX_COUNTERS", 100)
     assert np.array_equal(sketch_table(df, "item", seeds=SEEDS, buckets=37, weight="w", method="arrow"), sql)
     big = sketch_table(df, "item", seeds=SEEDS[:2], buckets=1 << 20, method="arrow")
     assert np.array_equal(big, sketch_table(df, "item", seeds=SEEDS[:2], buckets=1 << 20, method="sql"))
@@ -165,13 +165,13 @@ def test_empty_input_and_all_zero_partials(spark):
 
 def test_auto_picks_the_kernel_except_for_unit_clipping(spark, monkeypatch):
     calls = []
-    real = sk._arrow_table
+    real = sk_kernels._arrow_table
 
     def spy(*a, **kw):
         calls.append(1)
         return real(*a, **kw)
 
-    monkeypatch.setattr(sk, "_arrow_table", spy)
+    monkeypatch.setattr(sk_kernels, "_arrow_table", spy)
     df = spark.createDataFrame([("a", "u"), ("b", "u")], "item string, unit string")
     sketch_table(df, "item", seeds=[1], buckets=8)
     assert calls == [1]

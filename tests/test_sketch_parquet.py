@@ -25,6 +25,9 @@ import yaml
 import spark_dp
 import spark_dp.aggregates._parquet_tasks as pt
 import spark_dp.aggregates.sketch as sk
+import spark_dp.aggregates.sketch._kernels as sk_kernels
+import spark_dp.aggregates.sketch._parquet as sk_parquet
+import spark_dp.aggregates.sketch._sql as sk_sql
 from spark_dp.aggregates.sketch import sketch_table, sketch_table_parquet
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import SeededSampler
@@ -83,7 +86,8 @@ def ints_dir(tmp_path_factory):
 
 @pytest.fixture()
 def spy(monkeypatch):
-    """Records calls of the Spark path (``sketch_table``) made by ``sketch_table_parquet``."""
+    """Records calls of the Spark path (``sketch_table``): the API's (the package's name) and
+    ``sketch_table_parquet``'s fallback (the name in the SQL-build module)."""
     calls = []
     original = sk.sketch_table
 
@@ -92,6 +96,7 @@ def spy(monkeypatch):
         return original(*a, **kw)
 
     monkeypatch.setattr(sk, "sketch_table", spying)
+    monkeypatch.setattr(sk_sql, "sketch_table", spying)
     return calls
 
 
@@ -113,16 +118,16 @@ def test_strings_equal_the_sql_build(spark, strings_dir, spy, nulls, signed):
 def test_growing_dictionaries_carry_over_and_small_batches_agree(spark, strings_dir, monkeypatch, spy):
     """Batches far smaller than a row group: same table, and fewer dictionaries hashed than batches read."""
     ref = _sql(spark, strings_dir, "item", buckets=256)
-    monkeypatch.setattr(sk, "PARQUET_BATCH_ROWS", 97)
+    monkeypatch.setattr(sk_parquet, "PARQUET_BATCH_ROWS", 97)
     assert np.array_equal(sketch_table_parquet(strings_dir, "item", seeds=SEEDS, buckets=256), ref)
     # In-process: count the dictionaries hashed (flushes) against the batches read.
     files = sorted(spark.read.parquet(strings_dir).inputFiles())
     tasks = [[(f, 0, 1)] for f in files]
-    kern = sk._SketchKernel("string", SEEDS, 256, signed=True, weighted=False, preaggregate=True, dense=True)
+    kern = sk_kernels._SketchKernel("string", SEEDS, 256, signed=True, weighted=False, preaggregate=True, dense=True)
     flushes = []
     original = kern.distinct
     kern.distinct = lambda items, w: flushes.append(len(items)) or original(items, w)
-    fn = sk._ParquetSketchTask(tasks, "item", None, kern, nulls="item", nonfinite="drop", batch_rows=97)
+    fn = sk_parquet._ParquetSketchTask(tasks, "item", None, kern, nulls="item", nonfinite="drop", batch_rows=97)
     ids = pa.RecordBatch.from_arrays([pa.array(range(len(tasks)), pa.int64())], names=["id"])
     out = list(fn(iter([ids])))
     assert len(out) == 1 and out[0].column(0)[0].as_py()  # one dense partial
@@ -159,7 +164,7 @@ def test_non_dyadic_weights_and_sparse_partials(spark, tmp_path, monkeypatch):
     ref = _sql(spark, str(tmp_path), "item", buckets=300, weight="w")
     got = sketch_table_parquet(str(tmp_path), "item", seeds=SEEDS, buckets=300, weight="w")
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9)  # float sums: summation order only
-    monkeypatch.setattr(sk, "DENSE_MAX_COUNTERS", 100)  # k·b > this: sparse rows merged by a groupBy
+    monkeypatch.setattr(sk_kernels, "DENSE_MAX_COUNTERS", 100)  # k·b > this: sparse rows merged by a groupBy
     ref = _sql(spark, str(tmp_path), "item", buckets=300)
     assert np.array_equal(sketch_table_parquet(str(tmp_path), "item", seeds=SEEDS, buckets=300), ref)
 
