@@ -334,14 +334,14 @@ def test_white_box_hashed_release(spark, tmp_path):
     """Released stack − exact stack (same seeds, same domain hash) is N(0, σ²) with σ = z·√(L·k)·m."""
     import dp_accounting
 
-    from tests.test_sketch_privacy import HalvedSampler
+    from tests._samplers import UnderNoised
     from spark_dp.privacy import NumpySampler
 
     L, k, b, m = 8, 3, 32, 2
     sigma = dp_accounting.get_sigma_gaussian(1.0, 1e-6) * math.sqrt(L * k) * m  # independent of the code
     rows = [(f"s{j % 23}", f"u{j % 40}") for j in range(80)]
     df = spark.createDataFrame(rows, "q string, user string")
-    for i, (sampler, ok) in enumerate([(NumpySampler(), True), (HalvedSampler(), False)]):
+    for i, (sampler, ok) in enumerate([(NumpySampler(), True), (UnderNoised(), False)]):
         sess = spark_dp.DPSession("t.wb", ledger=f"sqlite:///{tmp_path}/w{i}.db", epsilon_limit=10.0,
                                   delta_limit=1e-5, output=str(tmp_path / f"w{i}"), sampler=sampler)
         rel = count_sketch(sess, df, "q", epsilon=1.0, delta=1e-6, repetitions=k, buckets=b, levels=L,
@@ -367,7 +367,8 @@ def test_black_box_hashed_neighbours(spark):
     from spark_dp.privacy import NumpySampler
     from spark_dp.sketch.dyadic import plan_dyadic
     from tests._audit import empirical_epsilon
-    from tests.test_sketch_privacy import HalvedSampler, _projections
+    from tests._samplers import UnderNoised
+    from tests.test_sketch_privacy import _projections
 
     L, k, b, m = 6, 3, 16, 3
     rows = [(f"s{j % 11}", f"u{j % 30}") for j in range(60)]
@@ -379,5 +380,5 @@ def test_black_box_hashed_neighbours(spark):
     plan = plan_dyadic(epsilon=1.0, delta=1e-6, repetitions=k, levels=L, max_items_per_unit=m)
     x0, x1 = _projections(NumpySampler(), plan, t0, t1, 300_000)
     assert empirical_epsilon(x0, x1, 1e-6) < 1.0
-    x0, x1 = _projections(HalvedSampler(), plan, t0, t1, 300_000)
+    x0, x1 = _projections(UnderNoised(), plan, t0, t1, 300_000)
     assert empirical_epsilon(x0, x1, 1e-6) > 1.0
