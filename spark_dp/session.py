@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -46,9 +47,12 @@ log = logging.getLogger("spark_dp")
 def _as_method(fn: Callable[..., Release]) -> Callable[..., Release]:
     """``fn(session, ...)`` as a DPSession method with ``fn``'s own signature and docstring (help(), IDEs)."""
 
+    module, name = fn.__module__, fn.__name__
+
     @functools.wraps(fn)
     def method(self: DPSession, *args: Any, **kwargs: Any) -> Release:
-        return fn(self, *args, **kwargs)
+        # Looked up at call time: the method is a thin wrapper over whatever the family module holds.
+        return getattr(sys.modules[module], name)(self, *args, **kwargs)
 
     sig = inspect.signature(fn)
     first, *rest = sig.parameters.values()
