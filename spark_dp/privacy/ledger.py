@@ -343,12 +343,12 @@ class Ledger:
             return None
         return UnitDeclaration(str(row[0]), int(row[1]), str(row[2]))
 
-    def _check_unit(self, con: _Connection, dataset_id: str, unit: UnitDeclaration | None) -> None:
-        if unit is None:
-            return
+    def _check_unit(self, con: _Connection, dataset_id: str, unit: UnitDeclaration | None) -> UnitDeclaration | None:
+        """The dataset's declared unit (None before its first release); raises if it does not cover ``unit``."""
         declared = self._declared_unit(con, dataset_id)
-        if declared is not None and not declared.covers(unit):
+        if unit is not None and declared is not None and not declared.covers(unit):
             raise _unit_mismatch(dataset_id, declared, unit)
+        return declared
 
     def declared_unit(self, dataset_id: str) -> UnitDeclaration | None:
         """The privacy unit the dataset's first release declared (None before it)."""
@@ -441,13 +441,13 @@ class Ledger:
             raise ValueError("a charge needs at least one event")
         with self._transaction(dataset_id) as con:
             lim = self._ensure_dataset(con, dataset_id, limit)
-            self._check_unit(con, dataset_id, unit)
+            declared = self._check_unit(con, dataset_id, unit)
             if con.execute("SELECT 1 FROM charges WHERE release_id = ?", (release_id,)).fetchone():
                 raise ReleaseConflictError(
                     f"Release id {release_id!r} was charged already; it cannot be charged twice."
                 )
             self._check(self._events_of(con, dataset_id), events, dataset_id, lim)
-            if unit is not None and self._declared_unit(con, dataset_id) is None:
+            if unit is not None and declared is None:  # the dataset's first release declares its unit
                 con.execute(
                     "UPDATE datasets SET privacy_unit = ?, max_per_unit = ?, neighbors = ? WHERE dataset_id = ?",
                     (unit.unit, unit.max_per_unit, unit.neighbors, dataset_id),
