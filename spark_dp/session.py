@@ -8,9 +8,12 @@ Example::
     rel = dp.second_moment(df, ["x1", "x2", "x3"], epsilon=1.0, delta=1e-6, norm_bound=1.0)
     rel["matrix"], rel.privacy, dp.budget()
 
-Every release follows the same path: validate → (release id seen before?
+Every family function validates its request, builds one
+:class:`~spark_dp.release.pipeline.ReleasePlan` and hands it to
+:func:`~spark_dp.release.pipeline.run_release`: (release id seen before?
 return it) → dry-run the budget → exact aggregate on Spark → charge the ledger
 → noise through the chokepoint → write atomically → record it as written.
+This module is a thin façade over the family APIs; nothing imports it back.
 """
 
 from __future__ import annotations
@@ -19,22 +22,16 @@ import functools
 import inspect
 import logging
 import sys
-import os
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
-
 from spark_dp import _validation as V
-from spark_dp._version import __version__
-from spark_dp.errors import ConfigError, ReleaseConflictError
-from spark_dp.privacy import Budget, Chokepoint, NoiseSampler, make_sampler, open_ledger
-from spark_dp.privacy.events import Event, event_to_dict
+from spark_dp.errors import ConfigError
+from spark_dp.privacy import Budget, NoiseSampler, make_sampler, open_ledger
+from spark_dp.privacy.ledger import DatasetStatus
 from spark_dp.privacy.noise import SAMPLERS
-from spark_dp.privacy.ledger import DatasetStatus, UnitDeclaration
-from spark_dp.release import MANIFEST_SCHEMA_VERSION, Release, load_release, write_release
-from spark_dp.release.ids import canonical_sha256, check_release_id, new_release_id
+from spark_dp.release import Release
+from spark_dp.release.pipeline import stored_release, unit_of  # noqa: F401 - unit_of re-exported
 from spark_dp.second_moment.api import linear_regression as _linear_regression
 from spark_dp.second_moment.api import pca as _pca
 from spark_dp.second_moment.api import second_moment as _second_moment
@@ -58,20 +55,6 @@ def _as_method(fn: Callable[..., Release]) -> Callable[..., Release]:
     first, *rest = sig.parameters.values()
     method.__signature__ = sig.replace(parameters=[first.replace(name="self"), *rest])  # type: ignore[attr-defined]
     return method
-
-
-def unit_of(privacy: dict[str, Any]) -> UnitDeclaration:
-    """The privacy unit a release protects, from its manifest ``privacy`` fields.
-
-    Every family records ``neighbors``, ``privacy_unit`` (rows) and the
-    per-unit bound (``max_rows_per_unit`` or the sketches' ``max_items_per_unit``).
-    """
-    if "neighbors" not in privacy:
-        raise RuntimeError("bug: a release's privacy fields must state its neighbour relation")
-    neighbors = str(privacy["neighbors"])
-    unit = privacy.get("privacy_unit") or ("tensor_entry" if neighbors == "tensor_entry" else "row")
-    m = privacy.get("max_rows_per_unit", privacy.get("max_items_per_unit")) or 1
-    return UnitDeclaration(str(unit), int(m), neighbors)
 
 
 class DPSession:
@@ -129,90 +112,6 @@ class DPSession:
     count_sketch = _as_method(_count_sketch)
     tensor_decomposition = _as_method(_tensor_decomposition)
 
-    # -- the one release path -------------------------------------------------
-    def run_release(
-        self,
-        *,
-        task: str,
-        mechanism: str,
-        release_id: str | None,
-        request: dict[str, Any],
-        events: list[Event],
-        budget: Budget,
-        compute: Callable[[], Any],
-        noise: Callable[[Any, Chokepoint], dict[str, np.ndarray]],
-        privacy: dict[str, Any],
-        extra: dict[str, Any],
-        config_sha256: str | None,
-    ) -> Release:
-        """The one release path every task uses (the families' extension point).
-
-        Order: release id seen before → stored release; dry-run ``events``
-        against the budget (raises before any Spark work); ``compute()`` the
-        exact summary; charge ``events``; ``noise(exact, chokepoint)`` returns
-        the payload arrays, drawing only through the chokepoint; write
-        atomically; record as written.
-
-        Args:
-            task, mechanism: names recorded in the manifest.
-            release_id: idempotency key (None: a new one).
-            request: everything that defines the release (hashed; a re-run
-                with the same id must hash the same).
-            events: the privacy events of the whole release, all charged at once.
-            budget: the (ε, δ) the release claims.
-            compute: computes the exact summary (Spark work happens here).
-            noise: turns the summary into payload arrays via the chokepoint;
-                every charged event must be used.
-            privacy: manifest ``privacy`` fields (neighbours, sensitivity, σ…).
-            extra: further manifest fields (``params``, ``columns``, ``policies``…).
-            config_sha256: digest of the job config, if run from one.
-        """
-        rid = new_release_id(task) if release_id is None else check_release_id(release_id, owner=task)
-        request_sha = canonical_sha256(request)
-
-        existing = self.ledger.lookup(rid)
-        if existing is not None:
-            return self._existing(existing, request_sha=request_sha)
-
-        cp = Chokepoint(
-            self.ledger, dataset_id=self.dataset_id, release_id=rid, request_sha256=request_sha,
-            sampler=self.sampler, limit=self.limit, unit=unit_of(privacy),
-        )
-        cp.check(events)  # over budget → raises here, before any Spark work
-        exact = compute()
-        charge = cp.charge(events, budget)
-        log.info("release %s: charged epsilon=%g delta=%g to dataset %s (ledger entry %d)",
-                 rid, budget.epsilon, budget.delta, self.dataset_id, charge.seq)
-        arrays = noise(exact, cp)
-        del exact
-        if cp.unused_events:
-            raise RuntimeError(f"bug: charged events were not used: {cp.unused_events}")
-        manifest = {
-            "schema_version": MANIFEST_SCHEMA_VERSION,
-            "release_id": rid,
-            "dataset_id": self.dataset_id,
-            "task": task,
-            "mechanism": mechanism,
-            **extra,
-            "privacy": {
-                **privacy,
-                "sampler": self.sampler.name,
-                "private": self.sampler.private,
-                "events": [event_to_dict(e) for e in events],
-                "ledger_entry": charge.seq,
-                "dataset_limit": (self.limit or self.ledger.ensure_dataset(self.dataset_id, None)).to_dict(),
-            },
-            "request_sha256": request_sha,
-            "config_sha256": config_sha256,
-            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "library_version": __version__,
-        }
-        release = Release(release_id=rid, arrays=arrays, manifest=manifest)
-        path = write_release(release, self.output)
-        self.ledger.mark_written(rid, path)
-        log.info("release %s written to %s", rid, path)
-        return release
-
     def stored_release(self, release_id: str, *, config_sha256: str | None = None) -> Release | None:
         """The stored release for ``release_id`` (None if the id was never charged).
 
@@ -223,36 +122,4 @@ class DPSession:
         charge = self.ledger.lookup(release_id)
         if charge is None:
             return None
-        return self._existing(charge, config_sha256=config_sha256)
-
-    def _existing(self, charge, *, request_sha: str | None = None, config_sha256: str | None = None) -> Release:
-        def conflict() -> ReleaseConflictError:
-            return ReleaseConflictError(
-                f"Release id {charge.release_id!r} was used for a different request "
-                f"(dataset {charge.dataset_id!r}); choose a new release id."
-            )
-
-        if charge.dataset_id != self.dataset_id or (request_sha is not None and charge.request_sha256 != request_sha):
-            raise conflict()
-        location = charge.location
-        if location is None:
-            # Crash between the atomic rename and the ledger's 'written' row:
-            # the complete release is there; record it now.
-            candidate = os.path.join(self.output, charge.release_id)
-            if os.path.isfile(os.path.join(candidate, "manifest.json")) and (
-                load_release(candidate).manifest.get("request_sha256") == charge.request_sha256
-            ):
-                self.ledger.mark_written(charge.release_id, candidate)
-                location = candidate
-        if location is None or not os.path.isfile(os.path.join(location, "manifest.json")):
-            raise ReleaseConflictError(
-                f"Release id {charge.release_id!r} was charged (epsilon={charge.budget.epsilon:g}, "
-                f"delta={charge.budget.delta:g}) but its release was never written; the charge stands. "
-                "Use a new release id."
-            )
-        release = load_release(location)
-        if config_sha256 is not None and release.manifest.get("config_sha256") != config_sha256:
-            raise conflict()
-        release.reused = True
-        log.info("release %s exists at %s: returning it (no new noise, no new charge)", charge.release_id, location)
-        return release
+        return stored_release(self, charge, config_sha256=config_sha256)

@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from spark_dp.cli.config import LARGE_EPSILON, JobConfig
 from spark_dp.release import Release, write_release_table
 from spark_dp.privacy.ledger import UnitDeclaration
-from spark_dp.session import DPSession, unit_of
+from spark_dp.release.pipeline import unit_of
+from spark_dp.session import DPSession
 
 log = logging.getLogger("spark_dp")
 

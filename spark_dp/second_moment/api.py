@@ -2,8 +2,9 @@
 
 Every function validates its request (raising ConfigError/SchemaError before
 anything is charged), plans the release's privacy events from public
-parameters only (:func:`plan_mechanism`), and goes through
-``session.run_release``: budget dry run → exact summary on Spark → charge →
+parameters only (:func:`plan_mechanism`), and hands one
+:class:`~spark_dp.release.pipeline.ReleasePlan` to
+:func:`~spark_dp.release.pipeline.run_release`: budget dry run → exact summary on Spark → charge →
 noise through the chokepoint → atomic write.
 
 Mechanisms (``mechanism``): ``analyze_gauss`` (Dwork et al. 2014),
@@ -31,6 +32,7 @@ from spark_dp.aggregates.jl import ROW_IDS
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import NEIGHBORS, Budget, Chokepoint
 from spark_dp.release import Release
+from spark_dp.release.pipeline import Noised, ReleasePlan, run_release
 from spark_dp.second_moment.adassp import MECHANISM as ADASSP
 from spark_dp.second_moment.analyze_gauss import MECHANISM as ANALYZE_GAUSS
 from spark_dp.second_moment.inverse_wishart import MECHANISM as INVERSE_WISHART
@@ -139,7 +141,7 @@ def _check_common(owner, epsilon, delta, norm_bound, neighbors, postprocess, non
 
 def _release(
     session: DPSession, df: DataFrame, columns: list[str] | str, *, task: str, plan: MechanismPlan, d: int,
-    request: dict, finish: Callable[[Any, dict], dict[str, np.ndarray]], release_id, norm_bound, nonfinite, dimension,
+    request: dict, finish: Callable[[Any], Noised], release_id, norm_bound, nonfinite, dimension,
     privacy_unit, max_rows_per_unit, config_sha256, extra: dict, source_paths: Sequence[str] | None = None,
 ) -> Release:
     def compute():
@@ -163,15 +165,15 @@ def _release(
         return gram_matrix(df, columns, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,
                            privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit)
 
-    def noise(exact, cp: Chokepoint) -> dict[str, np.ndarray]:
-        return finish(plan.noise(exact, cp), extra)
+    def noise(exact, cp: Chokepoint) -> Noised:
+        return finish(plan.noise(exact, cp))
 
     privacy = {**plan.privacy, "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit}
-    return session.run_release(
-        task=task, mechanism=plan.mechanism, release_id=release_id, request=request, events=plan.events,
+    return run_release(session, ReleasePlan(
+        task=task, mechanism=plan.mechanism, release_id=release_id, request=request, events=tuple(plan.events),
         budget=Budget(request["epsilon"], request["delta"]), compute=compute, noise=noise, privacy=privacy,
-        extra=extra, config_sha256=config_sha256,
-    )
+        manifest=extra, config_sha256=config_sha256,
+    ))
 
 
 def _request(session, task, mechanism, columns, d, params, epsilon, delta, norm_bound, neighbors, nonfinite,
@@ -275,7 +277,7 @@ def second_moment(
     request = _request(session, "second_moment", mechanism, columns, d, plan.params, epsilon, delta, norm_bound,
                        neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256)
     return _release(session, df, columns, task="second_moment", plan=plan, d=d, request=request,
-                    finish=lambda m, extra: {"matrix": m}, release_id=release_id, norm_bound=norm_bound,
+                    finish=lambda m: Noised({"matrix": m}), release_id=release_id, norm_bound=norm_bound,
                     nonfinite=nonfinite, dimension=dimension, privacy_unit=privacy_unit,
                     max_rows_per_unit=max_rows_per_unit, config_sha256=config_sha256,
                     extra=_extra(columns, plan.params, norm_bound, nonfinite, privacy_unit), source_paths=source_paths)
@@ -347,17 +349,15 @@ def linear_regression(
     request = _request(session, "linear_regression", mechanism, columns, d, params, epsilon, delta, norm_bound,
                        neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256, label=label)
 
-    def finish(result, extra):
+    def finish(result) -> Noised:
         if mechanism == "adassp":
-            info = result.pop("info")
-            lam = float(result["lambda"][0])
+            arrays = {name: value for name, value in result.items() if name != "info"}
+            info, lam = result["info"], float(result["lambda"][0])
             if ridge:  # the user's ridge on top of the adaptive one (post-processing)
-                result["coefficients"], info = solve_normal_equations(result["xtx"], result["xty"], ridge=ridge + lam)
-            extra["solution"] = {**info, "adaptive_ridge": lam}
-            return result
+                arrays["coefficients"], info = solve_normal_equations(result["xtx"], result["xty"], ridge=ridge + lam)
+            return Noised(arrays, {"solution": {**info, "adaptive_ridge": lam}})
         beta, info = regression_coefficients(result, ridge=ridge)
-        extra["solution"] = info
-        return {"coefficients": beta, "matrix": result}
+        return Noised({"coefficients": beta, "matrix": result}, {"solution": info})
 
     return _release(session, df, all_columns, task="linear_regression", plan=plan, d=d, request=request, finish=finish,
                     release_id=release_id, norm_bound=norm_bound, nonfinite=nonfinite, dimension=None,
@@ -416,9 +416,9 @@ def pca(
     request = _request(session, "pca", mechanism, columns, d, params, epsilon, delta, norm_bound, neighbors, nonfinite,
                        privacy_unit, max_rows_per_unit, config_sha256)
 
-    def finish(matrix, extra):
+    def finish(matrix) -> Noised:
         vals, vecs = principal_components(matrix, k)
-        return {"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix}
+        return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix})
 
     return _release(session, df, columns, task="pca", plan=plan, d=d, request=request, finish=finish,
                     release_id=release_id, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,

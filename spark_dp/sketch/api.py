@@ -13,6 +13,7 @@ from spark_dp import _validation as V
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Chokepoint
 from spark_dp.release import Release
+from spark_dp.release.pipeline import Noised, ReleasePlan, run_release
 from spark_dp.sketch.count_sketch import (
     DEFAULT_ESTIMATOR,
     MECHANISMS,
@@ -419,7 +420,7 @@ def count_sketch(
         hh_info["items_are"] = ("hashed ids xxhash64(domain_hash.seed, item) & (2^levels - 1); map public "
                                 "candidates through the hash to name them (spark-dp heavy-hitters --candidates)")
 
-    def noise(table: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
+    def noise(table: np.ndarray, cp: Chokepoint) -> Noised:
         if levels is not None:
             from spark_dp.sketch.dyadic import dyadic_heavy_hitters
 
@@ -432,19 +433,17 @@ def count_sketch(
             if hash_seed is not None:
                 arrays["hash_seed"] = seeds_to_payload([hash_seed])
             found = dyadic_heavy_hitters(stack, level_seeds, top=top, threshold=threshold)
-            hh_info["items"] = [{"item": x, "estimate": v} for x, v in found]
-            return arrays
+            return Noised(arrays, {"heavy_hitters": {**hh_info, "items": [{"item": x, "estimate": v} for x, v in found]}})
         noisy = release_table(plan, table, cp)
         arrays = {"histogram": noisy} if mechanism == "histogram" else {"sketch": noisy, "seeds": seeds_to_payload(seeds)}
         if candidates is not None:
             # Heavy hitters from public candidates: post-processing of the noisy table.
-            # (run_release builds the manifest after this call, so hh_info lands in it.)
             from spark_dp.sketch.estimate import SketchView, heavy_hitters
 
             view = SketchView(mechanism, kind, arrays.get("sketch", noisy), seeds, domain, threshold, top)
             found = heavy_hitters(view, candidates, candidate_column, top=top, threshold=threshold)
-            hh_info["items"] = [{"item": x, "estimate": v} for x, v in found]
-        return arrays
+            return Noised(arrays, {"heavy_hitters": {**hh_info, "items": [{"item": x, "estimate": v} for x, v in found]}})
+        return Noised(arrays)
 
     privacy = {
         "epsilon": plan.budget.epsilon, "delta": plan.budget.delta, "neighbors": "add_remove",
@@ -483,10 +482,10 @@ def count_sketch(
         "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
         "domain": "items outside the public domain are not counted" if mechanism == "histogram" else None,
     }
-    return session.run_release(
-        task="count_sketch", mechanism=mechanism, release_id=release_id, request=request, events=plan.events,
+    return run_release(session, ReleasePlan(
+        task="count_sketch", mechanism=mechanism, release_id=release_id, request=request, events=tuple(plan.events),
         budget=plan.budget, compute=compute, noise=noise, privacy=privacy,
-        extra={"columns": [column], "params": params, "policies": policies, "sketch": sketch_info,
-               "heavy_hitters": hh_info, "source": source_info},
+        manifest={"columns": [column], "params": params, "policies": policies, "sketch": sketch_info,
+                  "heavy_hitters": hh_info, "source": source_info},
         config_sha256=config_sha256,
-    )
+    ))

@@ -12,7 +12,7 @@ mechanism                   data            neighbours                          
 ``input_perturbation``      explicit tensor ``tensor_entry``                    yes
 ==========================  ==============  ==================================  ===========
 
-Private mechanisms go through :meth:`DPSession.run_release` (all events
+Every mechanism goes through :func:`spark_dp.release.pipeline.run_release` (private ones: all events
 planned from public parameters and charged once; every draw through the
 chokepoint). The non-private mechanisms are for public data and testing: they
 charge nothing, are written with ``"private": false`` in the manifest and log
@@ -35,9 +35,10 @@ import numpy as np
 from pyspark.sql import DataFrame
 
 from spark_dp import _validation as V
-from spark_dp.errors import ConfigError, ReleaseConflictError, SchemaError
+from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Budget, Chokepoint, compose_epsilon
-from spark_dp.release import Release, load_release, write_release
+from spark_dp.release import Release
+from spark_dp.release.pipeline import Noised, ReleasePlan, run_release
 from spark_dp.tensor.input_perturbation import input_perturbation, input_perturbation_plan
 from spark_dp.tensor.online import online_tensor_power_method, passes_per_component
 from spark_dp.tensor.power_method import TensorDecomposition, check_counts, check_tensor, robust_tensor_power_method
@@ -61,8 +62,6 @@ EXPLICIT_ONLY = ("power_method", "input_perturbation")
 ROWS_ONLY = ("online_power_method",)
 PRIVATE = ("private_power_method", "input_perturbation")
 OWNER = "tensor_decomposition"
-NONPRIVATE_PREFIX = "nonprivate-"
-NONPRIVATE_DIR = "nonprivate"
 
 
 def load_tensor(path: str) -> np.ndarray:
@@ -452,11 +451,12 @@ def _private_release(session, plan, release_id, request, extra, mechanism, compu
         "epsilon_exact_accounting": compose_epsilon(plan.events, delta),
         **{f"calibration_{k}": v for k, v in plan.details.items()},
     }
-    return session.run_release(
+    return run_release(session, ReleasePlan(
         task="tensor_decomposition", mechanism=mechanism, release_id=release_id, request=request,
-        events=plan.events, budget=Budget(epsilon, delta), compute=compute, noise=noise, privacy=privacy,
-        extra=extra, config_sha256=config_sha256,
-    )
+        events=tuple(plan.events), budget=Budget(epsilon, delta), compute=compute,
+        noise=lambda exact, cp: Noised(noise(exact, cp)), privacy=privacy, manifest=extra,
+        config_sha256=config_sha256,
+    ))
 
 
 def _check_nonprivate_opt_in(session: DPSession, mechanism: str, private: bool | None) -> None:
@@ -478,42 +478,14 @@ def _check_nonprivate_opt_in(session: DPSession, mechanism: str, private: bool |
 def _public_release(session, release_id, request, extra, mechanism, run, config_sha256, payload=_payload) -> Release:
     """A non-private release (public data, tests): nothing is charged; the manifest says so.
 
-    On rows (``request`` has ``columns``) the release id starts with
-    ``nonprivate-`` and the release is written under ``<output>/nonprivate/``.
+    On rows (``request`` has ``columns``) the pipeline's ``nonprivate`` mode:
+    the release id starts with ``nonprivate-`` and the release is written
+    under ``<output>/nonprivate/``.
     """
-    from datetime import UTC, datetime
-
-    from spark_dp._version import __version__
-    from spark_dp.release import MANIFEST_SCHEMA_VERSION
-    from spark_dp.release.ids import canonical_sha256, check_release_id, new_release_id
-
-    rid = new_release_id("tensor_decomposition") if release_id is None else check_release_id(release_id, owner=OWNER)
     on_rows = "columns" in request
-    root = session.output
-    if on_rows:
-        rid = rid if rid.startswith(NONPRIVATE_PREFIX) else NONPRIVATE_PREFIX + rid
-        root = os.path.join(session.output, NONPRIVATE_DIR)
-    request_sha = canonical_sha256(request)
-    existing = os.path.join(root, rid)
-    if os.path.isfile(os.path.join(existing, "manifest.json")):
-        rel = load_release(existing)
-        if rel.manifest.get("request_sha256") != request_sha:
-            raise ReleaseConflictError(f"Release id {rid!r} was used for a different request; choose a new release id.")
-        rel.reused = True
-        return rel
-    log.warning("tensor_decomposition: mechanism %r is NOT differentially private; use it on public data only",
-                mechanism)
-    arrays = payload(run())
-    manifest = {
-        "schema_version": MANIFEST_SCHEMA_VERSION, "release_id": rid, "dataset_id": session.dataset_id,
-        "task": "tensor_decomposition", "mechanism": mechanism, **extra,
-        "privacy": {"private": False, "epsilon": None, "delta": None,
-                    "note": ("NOT DIFFERENTIALLY PRIVATE: exact results computed from the rows of the dataset "
-                             "(explicit opt-in private=False); nothing charged" if on_rows else
-                             "not differentially private (Alg. 1 on an explicit, public tensor); nothing charged")},
-        "request_sha256": request_sha, "config_sha256": config_sha256,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"), "library_version": __version__,
-    }
-    release = Release(release_id=rid, arrays=arrays, manifest=manifest)
-    write_release(release, root)
-    return release
+    return run_release(session, ReleasePlan(
+        task="tensor_decomposition", mechanism=mechanism, release_id=release_id, request=request, events=(),
+        budget=None, privacy={} if on_rows else {"note": "Alg. 1 on an explicit, public tensor"}, manifest=extra,
+        compute=run, noise=lambda result, _: Noised(payload(result)), config_sha256=config_sha256,
+        mode="nonprivate" if on_rows else "public_input",
+    ))

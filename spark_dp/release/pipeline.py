@@ -1,0 +1,261 @@
+"""The one release pipeline: every family builds a :class:`ReleasePlan` and hands it to :func:`run_release`.
+
+A plan is a frozen value: what is released (task, mechanism, the request and
+its digest), what it costs (events, budget), what the manifest says about its
+privacy, and two functions — ``compute()`` the exact summary (Spark work) and
+``noise(exact, chokepoint)`` which turns it into a :class:`Noised` (payload
+arrays *and* manifest additions, so no step writes into a dict it closed
+over). :func:`run_release` is the only code that orders the steps:
+
+private (``mode="private"``)
+    release id seen before → the stored release (no new noise, no charge);
+    dry-run the events against the budget (raises before any Spark work);
+    ``compute()``; charge the ledger; ``noise(exact, chokepoint)`` draws only
+    through the chokepoint, and every charged event must be used; write
+    atomically; record the release as written.
+not private (``mode="public_input"`` / ``"nonprivate"``)
+    nothing is charged and the manifest says ``"private": false``.
+    ``public_input`` is an algorithm run on public input (e.g. Alg. 1 on an
+    explicit tensor). ``nonprivate`` releases exact results from the
+    session's dataset (the explicit opt-in ``private=False``): its id starts
+    with ``nonprivate-`` and it is written under ``<output>/nonprivate/``, so
+    no reader can take it for a private release.
+
+The session is the context (dataset id, ledger, sampler, budget limit,
+output root); this module never imports :mod:`spark_dp.session`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from spark_dp._version import __version__
+from spark_dp.errors import ReleaseConflictError
+from spark_dp.privacy import Budget, Chokepoint
+from spark_dp.privacy.events import Event, event_to_dict
+from spark_dp.privacy.ledger import UnitDeclaration
+from spark_dp.release.ids import canonical_sha256, check_release_id, new_release_id
+from spark_dp.release.release import MANIFEST_SCHEMA_VERSION, Release, load_release, write_release
+
+if TYPE_CHECKING:
+    from spark_dp.session import DPSession
+
+log = logging.getLogger("spark_dp")
+
+MODES = ("private", "public_input", "nonprivate")
+NONPRIVATE_PREFIX = "nonprivate-"
+NONPRIVATE_DIR = "nonprivate"
+# Manifest fields the pipeline owns: a plan may not set them.
+_OWNED = frozenset({"schema_version", "release_id", "dataset_id", "task", "mechanism", "privacy",
+                    "request_sha256", "config_sha256", "created_at", "library_version"})
+
+
+@dataclass(frozen=True)
+class Noised:
+    """What a plan's ``noise`` step returns: the payload arrays and manifest additions (e.g. the solver's info)."""
+
+    arrays: Mapping[str, np.ndarray]
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """One release, fully planned before any data is read.
+
+    Attributes:
+        task, mechanism: names recorded in the manifest.
+        request: everything that defines the release; hashed into
+            ``request_sha256`` (a re-run under the same release id must hash
+            the same).
+        events: the privacy events of the whole release, all charged at once
+            (empty unless ``mode="private"``).
+        budget: the (ε, δ) the release claims (None unless private).
+        privacy: manifest ``privacy`` fields (neighbours, unit, sensitivity,
+            noise scale…); the pipeline adds sampler, events, ledger entry.
+        manifest: further manifest fields (``params``, ``columns``, ``policies``…).
+        compute: computes the exact summary (the Spark work happens here).
+        noise: ``noise(exact, chokepoint) -> Noised``; the chokepoint is None
+            for a plan that is not private.
+        release_id: idempotency key (None: a new one).
+        config_sha256: digest of the job config, if run from one.
+        mode: ``private``, ``public_input`` or ``nonprivate`` (module doc).
+    """
+
+    task: str
+    mechanism: str
+    request: Mapping[str, Any]
+    events: tuple[Event, ...]
+    budget: Budget | None
+    privacy: Mapping[str, Any]
+    manifest: Mapping[str, Any]
+    compute: Callable[[], Any]
+    noise: Callable[[Any, Chokepoint | None], Noised]
+    release_id: str | None = None
+    config_sha256: str | None = None
+    mode: str = "private"
+    request_sha256: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise RuntimeError(f"bug: release plan mode {self.mode!r} is not one of {MODES}")
+        private = self.mode == "private"
+        if private and (not self.events or self.budget is None):
+            raise RuntimeError("bug: a private release plan needs its events and budget")
+        if not private and (self.events or self.budget is not None):
+            raise RuntimeError("bug: a release plan that is not private must not carry privacy events")
+        if private and "neighbors" not in self.privacy:
+            raise RuntimeError("bug: a release's privacy fields must state its neighbour relation")
+        if _OWNED & set(self.manifest):
+            raise RuntimeError(f"bug: manifest fields {sorted(_OWNED & set(self.manifest))} belong to the pipeline")
+        object.__setattr__(self, "events", tuple(self.events))
+        for name in ("request", "privacy", "manifest"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+        object.__setattr__(self, "request_sha256", canonical_sha256(dict(self.request)))
+
+
+def unit_of(privacy: Mapping[str, Any]) -> UnitDeclaration:
+    """The privacy unit a release protects, from its manifest ``privacy`` fields.
+
+    Every family records ``neighbors``, ``privacy_unit`` (rows) and the
+    per-unit bound (``max_rows_per_unit`` or the sketches' ``max_items_per_unit``).
+    """
+    if "neighbors" not in privacy:
+        raise RuntimeError("bug: a release's privacy fields must state its neighbour relation")
+    neighbors = str(privacy["neighbors"])
+    unit = privacy.get("privacy_unit") or ("tensor_entry" if neighbors == "tensor_entry" else "row")
+    m = privacy.get("max_rows_per_unit", privacy.get("max_items_per_unit")) or 1
+    return UnitDeclaration(str(unit), int(m), neighbors)
+
+
+def run_release(session: DPSession, plan: ReleasePlan) -> Release:
+    """Runs ``plan`` in ``session`` (dataset, ledger, sampler, output): the one release path (module doc)."""
+    if plan.mode != "private":
+        return _run_not_private(session, plan)
+    rid = new_release_id(plan.task) if plan.release_id is None else check_release_id(plan.release_id, owner=plan.task)
+    existing = session.ledger.lookup(rid)
+    if existing is not None:
+        return stored_release(session, existing, request_sha256=plan.request_sha256)
+
+    cp = Chokepoint(
+        session.ledger, dataset_id=session.dataset_id, release_id=rid, request_sha256=plan.request_sha256,
+        sampler=session.sampler, limit=session.limit, unit=unit_of(plan.privacy),
+    )
+    cp.check(list(plan.events))  # over budget → raises here, before any Spark work
+    exact = plan.compute()
+    budget = plan.budget
+    assert budget is not None  # __post_init__
+    charge = cp.charge(list(plan.events), budget)
+    log.info("release %s: charged epsilon=%g delta=%g to dataset %s (ledger entry %d)",
+             rid, budget.epsilon, budget.delta, session.dataset_id, charge.seq)
+    noised = plan.noise(exact, cp)
+    del exact
+    if cp.unused_events:
+        raise RuntimeError(f"bug: charged events were not used: {cp.unused_events}")
+    manifest = _manifest(session, plan, rid, noised, privacy={
+        **plan.privacy,
+        "sampler": session.sampler.name,
+        "private": session.sampler.private,
+        "events": [event_to_dict(e) for e in plan.events],
+        "ledger_entry": charge.seq,
+        "dataset_limit": (session.limit or session.ledger.ensure_dataset(session.dataset_id, None)).to_dict(),
+    })
+    release = Release(release_id=rid, arrays=dict(noised.arrays), manifest=manifest)
+    path = write_release(release, session.output)
+    session.ledger.mark_written(rid, path)
+    log.info("release %s written to %s", rid, path)
+    return release
+
+
+def _run_not_private(session: DPSession, plan: ReleasePlan) -> Release:
+    """A release that charges nothing (public input, or exact results with the explicit opt-in)."""
+    rid = new_release_id(plan.task) if plan.release_id is None else check_release_id(plan.release_id, owner=plan.task)
+    root = session.output
+    if plan.mode == "nonprivate":
+        rid = rid if rid.startswith(NONPRIVATE_PREFIX) else NONPRIVATE_PREFIX + rid
+        root = os.path.join(session.output, NONPRIVATE_DIR)
+    existing = os.path.join(root, rid)
+    if os.path.isfile(os.path.join(existing, "manifest.json")):
+        rel = load_release(existing)
+        if rel.manifest.get("request_sha256") != plan.request_sha256:
+            raise ReleaseConflictError(f"Release id {rid!r} was used for a different request; choose a new release id.")
+        rel.reused = True
+        return rel
+    log.warning("%s: mechanism %r is NOT differentially private; use it on public data only", plan.task, plan.mechanism)
+    noised = plan.noise(plan.compute(), None)
+    manifest = _manifest(session, plan, rid, noised, privacy={
+        "private": False, "epsilon": None, "delta": None,
+        "note": ("NOT DIFFERENTIALLY PRIVATE: exact results computed from the rows of the dataset "
+                 "(explicit opt-in private=False); nothing charged" if plan.mode == "nonprivate" else
+                 f"not differentially private ({plan.privacy.get('note', 'public input')}); nothing charged"),
+    })
+    release = Release(release_id=rid, arrays=dict(noised.arrays), manifest=manifest)
+    write_release(release, root)
+    return release
+
+
+def _manifest(session: DPSession, plan: ReleasePlan, rid: str, noised: Noised, *, privacy: dict) -> dict[str, Any]:
+    clash = _OWNED & set(noised.manifest)
+    if clash:
+        raise RuntimeError(f"bug: manifest fields {sorted(clash)} belong to the pipeline")
+    return {
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "release_id": rid,
+        "dataset_id": session.dataset_id,
+        "task": plan.task,
+        "mechanism": plan.mechanism,
+        **plan.manifest,
+        **noised.manifest,
+        "privacy": privacy,
+        "request_sha256": plan.request_sha256,
+        "config_sha256": plan.config_sha256,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "library_version": __version__,
+    }
+
+
+def stored_release(session: DPSession, charge, *, request_sha256: str | None = None,
+                   config_sha256: str | None = None) -> Release:
+    """The stored release of ledger ``charge`` (``reused`` set); ReleaseConflictError if it cannot be returned.
+
+    Refuses a charge of another dataset, another request digest or another
+    config digest, and a charge whose release was never written. A crash
+    between the atomic rename and the ledger's 'written' row left a complete
+    release with the same request digest: it is recorded now and returned.
+    """
+    def conflict() -> ReleaseConflictError:
+        return ReleaseConflictError(
+            f"Release id {charge.release_id!r} was used for a different request "
+            f"(dataset {charge.dataset_id!r}); choose a new release id."
+        )
+
+    if charge.dataset_id != session.dataset_id or (
+            request_sha256 is not None and charge.request_sha256 != request_sha256):
+        raise conflict()
+    location = charge.location
+    if location is None:
+        candidate = os.path.join(session.output, charge.release_id)
+        if os.path.isfile(os.path.join(candidate, "manifest.json")) and (
+            load_release(candidate).manifest.get("request_sha256") == charge.request_sha256
+        ):
+            session.ledger.mark_written(charge.release_id, candidate)
+            location = candidate
+    if location is None or not os.path.isfile(os.path.join(location, "manifest.json")):
+        raise ReleaseConflictError(
+            f"Release id {charge.release_id!r} was charged (epsilon={charge.budget.epsilon:g}, "
+            f"delta={charge.budget.delta:g}) but its release was never written; the charge stands. "
+            "Use a new release id."
+        )
+    release = load_release(location)
+    if config_sha256 is not None and release.manifest.get("config_sha256") != config_sha256:
+        raise conflict()
+    release.reused = True
+    log.info("release %s exists at %s: returning it (no new noise, no new charge)", charge.release_id, location)
+    return release
