@@ -42,16 +42,16 @@ def main() -> int:
                               delta_limit=1e-3, output=os.path.join(tmp, "out"),
                               sampler=SeededSampler(np.random.default_rng(1)))
     items = list(range(5000))
-    kw = dict(epsilon=1.0, delta=1e-6, privacy_unit="user_id", max_items_per_unit=10)
+    kw = dict(epsilon=1.0, delta=1e-6, privacy_unit="user_id", max_rows_per_unit=10)
     rows = []
     for label, extra in [("sketch, L1 bound (Δ = √k·m)", {}),
                          ("sketch, clipped in sketch space (Δ = √k·√m)", {"unit_clipping": "sketch_l2"})]:
         rel = count_sketch(sess, df, "query_id", repetitions=9, buckets=8192, **kw, **extra)
         err = np.abs(estimate(rel, items) - truth)
-        rows.append((label, rel.privacy["noise_sigma"], np.median(err), np.median(err[:50])))
+        rows.append((label, rel.privacy["noise_scale"], np.median(err), np.median(err[:50])))
     rel = count_sketch(sess, df, "query_id", mechanism="histogram", domain=5000, **kw)
     err = np.abs(estimate(rel, items) - truth)
-    rows.append(("histogram over the known domain (Δ = m)", rel.privacy["noise_sigma"], np.median(err),
+    rows.append(("histogram over the known domain (Δ = m)", rel.privacy["noise_scale"], np.median(err),
                  np.median(err[:50])))
     print("| release (k = 9, b = 8192, m = 10, ε = 1, δ = 1e-6) | σ per counter | median abs error | top-50 median abs error |")
     print("|---|---|---|---|")

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from numbers import Integral, Real
 from typing import Any
 
-from spark_dp.errors import ConfigError
+from spark_dp.errors import ConfigError, SparkDPDeprecationWarning
 
 
 def _fmt(value: Any) -> str:
@@ -89,3 +89,52 @@ def check_str(name: str, value: Any, *, owner: str) -> str:
             f"The {name!r} parameter of {owner} must be a non-empty string. Got {_fmt(value)} instead."
         )
     return value
+
+
+# -- renamed parameters and config keys (one vocabulary across families) ------
+def renamed_parameters(**renames: str):
+    """Decorator: keyword ``old=new`` renames still accepted for one minor version, with a warning.
+
+    The warning is a :class:`~spark_dp.errors.SparkDPDeprecationWarning`
+    naming the new parameter.
+
+    ``help()`` and ``inspect.signature`` show only the new names (the wrapper
+    sets ``__wrapped__``). Passing both the old and the new name is a
+    ConfigError naming both.
+    """
+    import functools
+    import warnings
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any):
+            for old, new in renames.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise ConfigError(f"Give the {new!r} parameter of {fn.__name__} only; {old!r} is its "
+                                          "deprecated old name.")
+                    warnings.warn(f"The {old!r} parameter of {fn.__name__} is deprecated; use {new!r}.",
+                                  SparkDPDeprecationWarning, stacklevel=2)
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        wrapper.renamed_parameters = dict(renames)  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
+
+
+def rename_keys(section: dict, renames: dict[str, str], *, prefix: str, owner: str) -> dict:
+    """A copy of a config ``section`` with deprecated keys renamed (a SparkDPDeprecationWarning names the new key)."""
+    import warnings
+
+    out = dict(section)
+    for old, new in renames.items():
+        if old in out:
+            if new in out:
+                raise ConfigError(f"Give '{prefix}.{new}' only in {owner}; '{prefix}.{old}' is its deprecated "
+                                  "old name.")
+            warnings.warn(f"The '{prefix}.{old}' key of {owner} is deprecated; use '{prefix}.{new}'.",
+                          SparkDPDeprecationWarning, stacklevel=2)
+            out[new] = out.pop(old)
+    return out

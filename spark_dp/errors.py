@@ -38,3 +38,10 @@ class ReleaseConflictError(SparkDPError):
 
 class LedgerError(SparkDPError):
     """The ledger cannot be opened or is inconsistent."""
+
+
+class SparkDPDeprecationWarning(FutureWarning):
+    """A renamed parameter or config key was used (shown by default: a FutureWarning, meant for users).
+
+    Old names keep working for one minor version; the message names the new one.
+    """

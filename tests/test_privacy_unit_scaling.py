@@ -25,8 +25,8 @@ chains m = 4 and replace to them. The black-box audits at m = 4 (neighbours
 differing in one unit of 4 rows) are in test_reliability_audits.py too.
 
 Mechanisms that cannot support m > 1 must refuse it with a ConfigError naming
-``max_rows_per_unit``; the sketch family's neighbour relation is add/remove
-only (it has no ``neighbors`` parameter), which the table records.
+``max_rows_per_unit``. Every mechanism here, the sketches included, takes
+both relations.
 """
 
 from __future__ import annotations
@@ -71,11 +71,13 @@ FEATURES = [f"x{i}" for i in range(16)]
 
 
 def _sigma(p):
-    return [p["noise_sigma"]] if not isinstance(p["noise_sigma"], list) else p["noise_sigma"]
+    assert p["noise_family"] == "gaussian"
+    return [p["noise_scale"]] if not isinstance(p["noise_scale"], list) else p["noise_scale"]
 
 
 def _scale(p):
-    return [p["noise_sigma"] if "noise_sigma" in p else p["noise_scale"]]
+    assert p["noise_family"] in ("gaussian", "laplace")
+    return [p["noise_scale"]]
 
 
 def _sm(mechanism="analyze_gauss"):
@@ -97,9 +99,8 @@ def _pca(mechanism="analyze_gauss"):
 def _sketch(**params):
     column = "id" if "levels" in params else "item"
 
-    def call(dp, df, *, neighbors, max_rows_per_unit, **kw):
-        assert neighbors == "add_remove"
-        return dp.count_sketch(df, column, epsilon=EPS, delta=DELTA, max_items_per_unit=max_rows_per_unit,
+    def call(dp, df, **kw):
+        return dp.count_sketch(df, column, epsilon=EPS, delta=DELTA,
                                **{"repetitions": 3, "buckets": 64, **params}, **kw)
     return call
 
@@ -141,19 +142,22 @@ def _whitened_scales(p):
 # * AdaSSP [λ_min, XᵀX, Xᵀy]: m·[B², B², B²/2] (add/remove), m·[B², √2·B², B²] (replace).
 # * CountSketch / Count-Mean: Δ₂ = √k·m; with sketch-space unit clipping C = √m: √k·√m.
 # * Count-Min: Δ₁ = k·m. Histogram: Δ₂ = m. Dyadic: Δ₂ = √(L·k)·m.
+# * Sketches under replace: ×2 (signed tables, weighted rows, L1), ×√2 (unweighted Count-Mean and histogram:
+#   contributions ≥ 0, so ‖c' − c‖₂² ≤ ‖c‖₂² + ‖c'‖₂²).
 # * Tensor rows (Alg. 3 over rows): Δ = f·m·√L·B³, f = 1 (add/remove), 2 (replace).
 CASES = [
     Case("second_moment/analyze_gauss", _sm(), _sigma, M, ROOT2),
     Case("linear_regression/analyze_gauss", _reg("analyze_gauss"), _sigma, M, ROOT2),
     Case("linear_regression/adassp", _reg("adassp"), _sigma, M, (1.0, ROOT2, 2.0)),
     Case("pca/analyze_gauss", _pca(), _sigma, M, ROOT2),
-    Case("count_sketch/private_count_sketch", _sketch(), _scale, M, None),
-    Case("count_sketch/private_count_sketch+sketch_l2", _sketch(unit_clipping="sketch_l2"), _scale, math.sqrt(M), None),
-    Case("count_sketch/count_mean", _sketch(mechanism="count_mean"), _scale, M, None),
-    Case("count_sketch/count_min", _sketch(mechanism="count_min"), _scale, M, None),
+    Case("count_sketch/private_count_sketch", _sketch(), _scale, M, 2.0),
+    Case("count_sketch/private_count_sketch+sketch_l2", _sketch(unit_clipping="sketch_l2"), _scale, math.sqrt(M), 2.0),
+    Case("count_sketch/count_mean", _sketch(mechanism="count_mean"), _scale, M, ROOT2),
+    Case("count_sketch/count_mean+weight", _sketch(mechanism="count_mean", weight="x0"), _scale, M, 2.0),
+    Case("count_sketch/count_min", _sketch(mechanism="count_min"), _scale, M, 2.0),
     Case("count_sketch/histogram", _sketch(mechanism="histogram", domain=[f"i{j}" for j in range(120)]),
-         _scale, M, None),
-    Case("count_sketch/dyadic", _sketch(levels=5, repetitions=3, buckets=32), _scale, M, None),
+         _scale, M, ROOT2),
+    Case("count_sketch/dyadic", _sketch(levels=5, repetitions=3, buckets=32), _scale, M, 2.0),
     Case("tensor/private_power_method rows", _tensor(), _sigma, M, 2.0),
     Case("tensor/private_power_method rows+whiten", _tensor(whiten=True, wide=True), _whitened_scales, M, ROOT2,
          later_draws=_whitened_passes),

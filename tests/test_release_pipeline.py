@@ -43,7 +43,7 @@ def _plan(steps: list[str], *, value=1.0, release_id="r1", epsilon=EPS, **over) 
 
     fields = dict(task="test_task", mechanism="gauss", request={"value": value, "epsilon": epsilon},
                   events=(GaussianEvent(sigma),), budget=Budget(epsilon, DELTA),
-                  privacy={"neighbors": "add_remove", "noise_sigma": sigma}, manifest={"params": {"value": value}},
+                  privacy={"neighbors": "add_remove", "noise_family": "gaussian", "noise_scale": sigma}, manifest={"params": {"value": value}},
                   compute=compute, noise=noise, release_id=release_id)
     return ReleasePlan(**{**fields, **over})
 
@@ -61,7 +61,8 @@ def test_plan_is_frozen_and_digests_its_request():
 @pytest.mark.parametrize("over, message", [
     ({"events": ()}, "needs its events and budget"),
     ({"budget": None}, "needs its events and budget"),
-    ({"privacy": {"noise_sigma": 1.0}}, "neighbour relation"),
+    ({"privacy": {"noise_family": "gaussian", "noise_scale": 1.0}}, "neighbour relation"),
+    ({"privacy": {"neighbors": "add_remove"}}, "noise_family and noise_scale"),
     ({"manifest": {"privacy": {}}}, "belong to the pipeline"),
     ({"mode": "public_input"}, "must not carry privacy events"),
     ({"mode": "sometimes"}, "mode"),

@@ -31,6 +31,6 @@ def test_methods_have_the_family_signatures(name):
 
 def test_bound_methods_call_the_family_function(tmp_path):
     dp = DPSession("sig", ledger=f"sqlite:///{tmp_path}/l.db", output=str(tmp_path / "out"))
-    assert list(inspect.signature(dp.count_sketch).parameters)[:2] == ["df", "column"]
+    assert list(inspect.signature(dp.count_sketch).parameters)[:2] == ["df", "columns"]
     with pytest.raises(TypeError):
         dp.pca(None, ["a"], 1, bogus=1)  # an unknown keyword fails like a plain function call

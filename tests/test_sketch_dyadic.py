@@ -345,7 +345,7 @@ def test_white_box_hashed_release(spark, tmp_path):
         sess = spark_dp.DPSession("t.wb", ledger=f"sqlite:///{tmp_path}/w{i}.db", epsilon_limit=10.0,
                                   delta_limit=1e-5, output=str(tmp_path / f"w{i}"), sampler=sampler)
         rel = count_sketch(sess, df, "q", epsilon=1.0, delta=1e-6, repetitions=k, buckets=b, levels=L,
-                           privacy_unit="user", max_items_per_unit=m)
+                           privacy_unit="user", max_rows_per_unit=m)
         assert rel.privacy["noise_sigma"] == pytest.approx(sigma, rel=1e-9)
         from spark_dp.sketch.dyadic import stack_of
         from spark_dp.sketch.estimate import seeds_from_payload

@@ -67,7 +67,7 @@ def test_each_config_runs_with_the_job(spark, tmp_path, data, capsys, name):
         assert rel["sketch"].shape == (k, b) and rel["seeds"].shape == (k, 2)
         seeds = spark_dp.sketch.seeds_from_payload(rel["seeds"])
         assert [str(s) for s in seeds] == m["sketch"]["seeds"]  # lossless 64-bit round trip
-    m_units = cfg["dataset"].get("max_items_per_unit", 1)
+    m_units = cfg["dataset"].get("max_rows_per_unit", 1)
     k = cfg["params"].get("repetitions", 1) if name != "histogram" else 1
     expected_sens = {"private_count_sketch": np.sqrt(k) * np.sqrt(m_units), "count_min": k * 1.0,
                      "count_mean": np.sqrt(k) * m_units, "histogram": m_units}[name]
@@ -177,13 +177,13 @@ def _charges(tmp_path):
     ("count_min", {"dataset.unit_clipping": "sketch_l2"}, "unit_clipping"),
     ("count_mean", {"dataset.unit_clipping": "sketch_l2", "dataset.privacy_unit": None}, "privacy_unit"),
     ("count_min", {"dataset.columns": ["query", "user_id"]}, "one item column"),
-    ("count_min", {"dataset.max_items_per_unit": 0}, "max_items_per_unit"),
+    ("count_min", {"dataset.max_rows_per_unit": 0}, "max_rows_per_unit"),
     ("count_min", {"dataset.nulls": "reject"}, "dataset.nulls"),
     ("count_min", {"dataset.weight": "nope"}, "'nope' not found"),
     ("count_min", {"dataset.weight": "query"}, "weight must be numeric"),
     ("count_min", {"dataset.columns": ["weight"]}, "strings or integers"),
     ("histogram", {"params": {"domain": ["a", "b"]}}, "domain"),
-    ("count_min", {"privacy.neighbors": "replace"}, "neighbors"),
+    ("count_min", {"privacy.neighbors": "tensor_entry"}, "neighbors"),
 ])
 def test_bad_requests_charge_nothing(spark, tmp_path, data, capsys, name, over, match):
     path, _ = _conf(tmp_path, data, name, **over)

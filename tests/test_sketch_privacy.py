@@ -82,7 +82,7 @@ def test_white_box_on_the_released_table_of_an_empty_input(spark, tmp_path):
     sess = spark_dp.DPSession("audit.empty", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=10.0,
                               delta_limit=1e-5, output=str(tmp_path / "out"), sampler="numpy")
     rel = count_sketch(sess, df, "item", epsilon=EPS, delta=DELTA, repetitions=3, buckets=64,
-                       privacy_unit="user", max_items_per_unit=5)
+                       privacy_unit="user", max_rows_per_unit=5)
     sigma = Z * math.sqrt(3) * 5
     assert rel.privacy["noise_sigma"] == pytest.approx(sigma, rel=1e-9)
     assert chi2_variance_pvalue(rel["sketch"], sigma) > 1e-6

@@ -175,20 +175,20 @@ def test_merge_refuses_another_privacy_unit_or_m(spark, tmp_path, data):
     df = spark.read.parquet(data["dir"])
     # One ledger fixes a dataset's unit, but parts can come from several ledgers (or per-period
     # ledger datasets, as plans merge them): each part here has its own ledger, same dataset id.
-    users = count_sketch(_session(tmp_path / "a"), df, "query", privacy_unit="user_id", max_items_per_unit=2, **KW)
-    rows = count_sketch(_session(tmp_path / "b"), df, "query", seeds=users, max_items_per_unit=2, **KW)
+    users = count_sketch(_session(tmp_path / "a"), df, "query", privacy_unit="user_id", max_rows_per_unit=2, **KW)
+    rows = count_sketch(_session(tmp_path / "b"), df, "query", seeds=users, max_rows_per_unit=2, **KW)
     with pytest.raises(ConfigError, match=r"privacy 'privacy_unit': 'user_id' .* vs 'row'"):
         merge_sketches([users, rows])
     other_m = count_sketch(_session(tmp_path / "c"), df, "query", seeds=users, privacy_unit="user_id",
-                           max_items_per_unit=3, **KW)
-    with pytest.raises(ConfigError, match=r"privacy 'max_items_per_unit': 2 .* vs 3"):
+                           max_rows_per_unit=3, **KW)
+    with pytest.raises(ConfigError, match=r"privacy 'max_rows_per_unit': 2 .* vs 3"):
         merge_sketches([users, other_m])
     other_unit = count_sketch(_session(tmp_path / "d"), df, "query", seeds=users, privacy_unit="query",
-                              max_items_per_unit=2, **KW)
+                              max_rows_per_unit=2, **KW)
     with pytest.raises(ConfigError, match=r"privacy 'privacy_unit': 'user_id' .* vs 'query'"):
         merge_sketches([users, other_unit])
     same = count_sketch(_session(tmp_path / "a"), df, "query", seeds=users, privacy_unit="user_id",
-                        max_items_per_unit=2, **KW)
+                        max_rows_per_unit=2, **KW)
     assert np.array_equal(merge_sketches([users, same])["sketch"], users["sketch"] + same["sketch"])
 
 

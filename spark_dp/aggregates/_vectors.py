@@ -16,10 +16,10 @@ from pyspark.sql import types as T
 
 from spark_dp.aggregates._bounding import keep_rows_per_unit
 from spark_dp.errors import ConfigError, SchemaError
+from spark_dp.params import NONFINITE_POLICIES  # declared once, pyspark-free
 
 VECTOR_COL = "__spark_dp_x"
 _UNIT_COL = "__spark_dp_unit"
-NONFINITE_POLICIES = ("drop", "zero")
 _NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType)
 
 

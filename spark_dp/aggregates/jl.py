@@ -60,6 +60,7 @@ from pyspark.sql import functions as F
 
 from spark_dp.aggregates._blocks import apply_nonfinite, batch_to_block, clip_rows
 from spark_dp.aggregates._vectors import VECTOR_COL, check_nonfinite, vectorize
+from spark_dp.params import ROW_IDS  # declared once, pyspark-free
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
@@ -67,8 +68,7 @@ _MASK = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 _PARTIAL_SCHEMA = "partial binary"
 _HASH_PREFIX_2 = "spark_dp.jl.row_id.2"
-_CHUNK_ELEMENTS = 1 << 21
-ROW_IDS = ("content", "partition")  # Philox blocks generated at once (memory ~ 100 MB peak)
+_CHUNK_ELEMENTS = 1 << 21  # Philox blocks generated at once (memory ~ 100 MB peak)
 
 
 def philox4x32(counter: np.ndarray, key: tuple[int, int], rounds: int = 10) -> np.ndarray:

@@ -10,26 +10,15 @@ and Spark Connect alike.
 from __future__ import annotations
 
 import logging
-import os
-import re
-from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_dp.errors import ConfigError, SchemaError
+from spark_dp.errors import SchemaError
+
+# Declared once, in the pyspark-free parameter module (configs validate before Spark is imported).
+from spark_dp.params import FORMATS, TABLE, check_path_exists, check_table_name, is_local_path  # noqa: F401
 
 log = logging.getLogger("spark_dp")
-
-FORMATS = ("parquet", "csv", "json", "orc")
-TABLE = "table"
-_TABLE_NAME = re.compile(r"^(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)(?:\.(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)){0,2}$")
-
-
-def check_table_name(name: str, *, key: str = "dataset.table") -> str:
-    """Raises ConfigError unless ``name`` is ``tbl``, ``db.tbl`` or ``catalog.db.tbl`` (backquotes allowed)."""
-    if not isinstance(name, str) or not _TABLE_NAME.match(name):
-        raise ConfigError(f"The {key!r} parameter must be a table name like db.tbl. Got {name!r} instead.")
-    return name
 
 
 def read_table(spark: SparkSession, name: str, where: str | None = None) -> DataFrame:
@@ -56,19 +45,6 @@ def read_table(spark: SparkSession, name: str, where: str | None = None) -> Data
                               f"{text.splitlines()[0][:200]}") from None
         raise
     return df
-
-
-def is_local_path(path: str) -> bool:
-    scheme = urlparse(path).scheme
-    return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
-
-
-def check_path_exists(path: str) -> None:
-    """Raises SchemaError for a local path that does not exist (remote paths are checked by Spark)."""
-    if is_local_path(path):
-        local = urlparse(path).path if path.startswith("file:") else path
-        if not os.path.exists(local):
-            raise SchemaError(f"Input path {path!r} does not exist.")
 
 
 def read_dataset(spark: SparkSession, path: str, fmt: str = "parquet", options: dict | None = None) -> DataFrame:

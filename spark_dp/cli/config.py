@@ -15,10 +15,10 @@ from typing import Any
 import yaml
 
 from spark_dp import _validation as V
-from spark_dp.aggregates import FORMATS, NONFINITE_POLICIES
-from spark_dp.aggregates.sources import TABLE, check_path_exists, check_table_name
-from spark_dp.errors import ConfigError
+from spark_dp import params as P
 from spark_dp.cli.tasks import tasks
+from spark_dp.errors import ConfigError
+from spark_dp.params import FORMATS, TABLE, check_path_exists, check_table_name
 from spark_dp.privacy.noise import SAMPLERS
 from spark_dp.release.ids import canonical_sha256, check_release_id
 
@@ -47,6 +47,15 @@ def _section(raw: dict, name: str, keys: tuple[str, ...], required: tuple[str, .
         if sec.get(k) is None:
             raise ConfigError(f"Missing required key '{name}.{k}' in the config.")
     return sec
+
+
+def _renamed(raw: dict, spec) -> dict:
+    """``raw`` with the task's deprecated keys renamed (each with a warning naming the new key)."""
+    out = dict(raw)
+    for section, renames in spec.renamed_keys.items():
+        if isinstance(out.get(section), dict):
+            out[section] = V.rename_keys(out[section], renames, prefix=section, owner=OWNER)
+    return out
 
 
 @dataclass(frozen=True)
@@ -164,6 +173,8 @@ class JobConfig:
         registry = tasks()
         task = V.check_option("task", raw["task"], registry, owner=OWNER)
         spec = registry[task]
+        sha256 = canonical_sha256(raw)  # of the config as written: renaming keys keeps re-runs idempotent
+        raw = _renamed(raw, spec)
         mechanism = V.check_option("mechanism", raw["mechanism"], spec.mechanisms, owner=OWNER)
         param_checks = spec.params
 
@@ -186,10 +197,11 @@ class JobConfig:
             path=source[0],
             format=source[1],
             columns=tuple(columns),
-            dimension=None if ds.get("dimension") is None else V.check_int("dataset.dimension", ds["dimension"], owner=OWNER),
-            privacy_unit=None if ds.get("privacy_unit") is None else V.check_str("dataset.privacy_unit", ds["privacy_unit"], owner=OWNER),
-            max_rows_per_unit=V.check_int("dataset.max_rows_per_unit", ds.get("max_rows_per_unit", 1), owner=OWNER),
-            nonfinite=V.check_option("dataset.nonfinite", ds.get("nonfinite", "drop"), NONFINITE_POLICIES, owner=OWNER),
+            dimension=P.check("dimension", ds.get("dimension"), owner=OWNER, key="dataset.dimension"),
+            privacy_unit=P.check("privacy_unit", ds.get("privacy_unit"), owner=OWNER, key="dataset.privacy_unit"),
+            max_rows_per_unit=P.check("max_rows_per_unit", ds.get("max_rows_per_unit", 1), owner=OWNER,
+                                      key="dataset.max_rows_per_unit"),
+            nonfinite=P.check("nonfinite", ds.get("nonfinite", "drop"), owner=OWNER, key="dataset.nonfinite"),
             options=source[2] if source[1] == TABLE else dict(options),
             extra={k: check(f"dataset.{k}", ds[k]) for k, check in spec.dataset_keys.items() if ds.get(k) is not None},
         )
@@ -209,13 +221,11 @@ class JobConfig:
                     raise ConfigError(f"The 'privacy.{key}' parameter has no meaning with 'privacy.mode: none' "
                                       "(nothing is private or charged); remove it.")
         privacy = PrivacyConfig(
-            epsilon=None if pmode == "none" else V.check_real("privacy.epsilon", pv["epsilon"], owner=OWNER, low=0,
-                                                              low_open=True),
-            delta=None if pmode == "none" else V.check_real("privacy.delta", pv["delta"], owner=OWNER, low=0, high=1,
-                                                            low_open=True, high_open=True),
+            epsilon=None if pmode == "none" else P.check("epsilon", pv["epsilon"], owner=OWNER, key="privacy.epsilon"),
+            delta=None if pmode == "none" else P.check("delta", pv["delta"], owner=OWNER, key="privacy.delta"),
             mode=pmode,
-            norm_bound=None if pv.get("norm_bound") is None else V.check_real(
-                "privacy.norm_bound", pv["norm_bound"], owner=OWNER, low=0, low_open=True),
+            norm_bound=None if pv.get("norm_bound") is None else P.check(
+                "norm_bound", pv["norm_bound"], owner=OWNER, key="privacy.norm_bound"),
             neighbors=V.check_option("privacy.neighbors", pv.get("neighbors", "add_remove"), spec.neighbors, owner=OWNER),
             sampler=V.check_option("privacy.sampler", pv.get("sampler", "secure"), SAMPLERS, owner=OWNER),
             extra={k: check(f"privacy.{k}", pv[k]) for k, check in spec.privacy_keys.items() if pv.get(k) is not None},
@@ -263,7 +273,7 @@ class JobConfig:
             release_id = check_release_id(release_id, owner=OWNER)
         if check_paths and dataset.format != TABLE:
             check_path_exists(dataset.path)
-        config = cls(release_id, dataset, task, mechanism, privacy, dict(params), ledger, output, canonical_sha256(raw))
+        config = cls(release_id, dataset, task, mechanism, privacy, dict(params), ledger, output, sha256)
         if spec.check is not None:
             spec.check(config)
         return config

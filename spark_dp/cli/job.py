@@ -26,10 +26,8 @@ def plan_events(config: JobConfig) -> list:
 
 def config_unit(config: JobConfig) -> UnitDeclaration:
     """The privacy unit the job's release will protect (checked against the ledger before Spark starts)."""
-    m = (config.dataset.extra.get("max_items_per_unit", 1) if config.task == "count_sketch"
-         else config.dataset.max_rows_per_unit)
     return unit_of({"neighbors": config.privacy.neighbors, "privacy_unit": config.dataset.privacy_unit,
-                    "max_rows_per_unit": m})
+                    "max_rows_per_unit": config.dataset.max_rows_per_unit})
 
 
 def session_for(config: JobConfig) -> DPSession:

@@ -148,7 +148,7 @@ def _add_sketch_commands(sub) -> None:
                         "cannot check that --candidates is not the sketched data", release.release_id)
         is_table = args.format == "table" and not args.candidates.endswith(".txt")
         if is_table:
-            from spark_dp.aggregates.sources import check_table_name
+            from spark_dp.params import check_table_name
 
             check_table_name(args.candidates, key="--candidates")
             check_candidates_location(args.candidates, manifest, param="--candidates", table=True)

@@ -5,7 +5,7 @@ Config contract::
     task: count_sketch
     mechanism: private_count_sketch   # | count_min | count_mean | histogram
     dataset: {id: logs.queries, path: data/q.parquet, format: parquet, columns: [query],
-              weight: null, privacy_unit: user_id, max_items_per_unit: 10,
+              weight: null, privacy_unit: user_id, max_rows_per_unit: 10,
               nulls: item, unit_clipping: l1, unit_l2_bound: null}
     privacy: {epsilon: 1.0, delta: 1.0e-6}
     params: {repetitions: 15, buckets: 65536,
@@ -34,9 +34,10 @@ import os
 from typing import Any
 
 from spark_dp import _validation as V
+from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError
-from spark_dp.sketch.api import NULL_ITEMS, UNIT_CLIPPING, check_domain, check_sketch_request
+from spark_dp.sketch.constraints import NULL_ITEMS, UNIT_CLIPPING, check_domain, check_sketch_request
 from spark_dp.sketch.count_sketch import MECHANISMS, plan_sketch
 
 OWNER = "the config"
@@ -50,14 +51,12 @@ def _check_hh(key: str, value: Any) -> dict:
     if unknown:
         raise ConfigError(f"Unknown key '{key}.{unknown[0]}' in the config; expected one of {sorted(HH_KEYS)}.")
     out = dict(value)
-    if out.get("top") is not None:
-        out["top"] = V.check_int(f"{key}.top", out["top"], owner=OWNER, low=1)
-    if out.get("threshold") is not None:
-        out["threshold"] = V.check_real(f"{key}.threshold", out["threshold"], owner=OWNER)
+    for name in ("top", "threshold", "levels"):
+        if out.get(name) is not None:
+            out[name] = P.check(name, out[name], owner=OWNER, key=f"{key}.{name}")
     if out.get("candidates") is not None:
         out["candidates"] = V.check_str(f"{key}.candidates", out["candidates"], owner=OWNER)
     if out.get("levels") is not None:
-        out["levels"] = V.check_int(f"{key}.levels", out["levels"], owner=OWNER, low=1, high=62)
         if out.get("candidates") is not None:
             raise ConfigError(f"Give either '{key}.candidates' or '{key}.levels' in the config, not both.")
     if out.get("hash_items") is not None:
@@ -71,23 +70,20 @@ def _check_hh(key: str, value: Any) -> dict:
 
 def _unit_bound(config) -> tuple[int, str, float | None]:
     ex = config.dataset.extra
-    return ex.get("max_items_per_unit", 1), ex.get("unit_clipping", "l1"), ex.get("unit_l2_bound")
+    return config.dataset.max_rows_per_unit, ex.get("unit_clipping", "l1"), ex.get("unit_l2_bound")
 
 
 def _check(config) -> None:
     if len(config.dataset.columns) != 1:
         raise ConfigError(f"The 'dataset.columns' parameter of {OWNER} must name one item column for count_sketch. "
                           f"Got {list(config.dataset.columns)!r} instead.")
-    if config.dataset.max_rows_per_unit != 1:
-        raise ConfigError("The 'dataset.max_rows_per_unit' parameter does not apply to count_sketch; "
-                          "use 'dataset.max_items_per_unit'.")
     if config.dataset.dimension is not None:
         raise ConfigError("The 'dataset.dimension' parameter does not apply to count_sketch.")
     m, clip, C = _unit_bound(config)
     p = config.params
     check_sketch_request(
         mechanism=config.mechanism, repetitions=p.get("repetitions", 15), buckets=p.get("buckets", 65536),
-        max_items_per_unit=m, unit_clipping=clip, unit_l2_bound=C, privacy_unit=config.dataset.privacy_unit,
+        max_rows_per_unit=m, unit_clipping=clip, unit_l2_bound=C, privacy_unit=config.dataset.privacy_unit,
         domain=p.get("domain"), owner=OWNER,
     )
     levels = (p.get("heavy_hitters") or {}).get("levels")
@@ -102,7 +98,7 @@ def _check(config) -> None:
     # Candidates must be public: refuse the release's own input before Spark starts (nothing charged).
     source = {"source": _source(config)}
     if _candidates_table(config, cand):
-        from spark_dp.aggregates.sources import check_table_name
+        from spark_dp.params import check_table_name
 
         check_table_name(cand, key="params.heavy_hitters.candidates")
         check_candidates_location(cand, source, param="params.heavy_hitters.candidates", table=True)
@@ -114,7 +110,7 @@ def _check(config) -> None:
 
 def _candidates_table(config, cand: str) -> bool:
     """With a table dataset, candidates other than a ``.txt`` file are a table name (read_candidates)."""
-    from spark_dp.aggregates.sources import TABLE
+    from spark_dp.params import TABLE
 
     return config.dataset.format == TABLE and not cand.endswith(".txt")
 
@@ -152,9 +148,10 @@ def _plan(config):
         from spark_dp.sketch.dyadic import plan_dyadic
 
         return plan_dyadic(epsilon=config.privacy.epsilon, delta=config.privacy.delta, repetitions=k, levels=levels,
-                           max_items_per_unit=m).events
+                           max_items_per_unit=m, neighbors=config.privacy.neighbors).events
     return plan_sketch(config.mechanism, epsilon=config.privacy.epsilon, delta=config.privacy.delta,
-                       repetitions=k, max_items_per_unit=m, unit_l2_bound=C).events
+                       repetitions=k, max_items_per_unit=m, unit_l2_bound=C, neighbors=config.privacy.neighbors,
+                       weighted=config.dataset.extra.get("weight") is not None).events
 
 
 def read_candidates(spark, path: str, fmt: str, column: str, kind: str):
@@ -191,11 +188,12 @@ def _run(session, config, spark, *, seeds=None):
                                       table=True, qualified=qualified_table(spark, cand))
         candidates, cand_col = read_candidates(spark, cand, config.dataset.format, column, item_kind(df, column))
     return count_sketch(
-        session, df, column,
-        epsilon=config.privacy.epsilon, delta=config.privacy.delta, mechanism=config.mechanism,
+        session, df, [column],
+        epsilon=config.privacy.epsilon, delta=config.privacy.delta, neighbors=config.privacy.neighbors,
+        mechanism=config.mechanism,
         repetitions=config.params.get("repetitions", 15), buckets=config.params.get("buckets", 65536),
         weight=config.dataset.extra.get("weight"), privacy_unit=config.dataset.privacy_unit,
-        max_items_per_unit=m, unit_clipping=clip, unit_l2_bound=C,
+        max_rows_per_unit=m, unit_clipping=clip, unit_l2_bound=C,
         nulls=config.dataset.extra.get("nulls", "item"), nonfinite=config.dataset.nonfinite,
         domain=config.params.get("domain"), top=hh.get("top") or 50, threshold=hh.get("threshold"),
         candidates=candidates, candidate_column=cand_col, levels=hh.get("levels"), seeds=seeds,
@@ -211,8 +209,8 @@ SPEC = register(TaskSpec(
     name="count_sketch",
     mechanisms=MECHANISMS,
     params={
-        "repetitions": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
-        "buckets": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
+        "repetitions": P.validator("repetitions", OWNER),
+        "buckets": P.validator("buckets", OWNER),
         "heavy_hitters": _check_hh,
         "domain": lambda k, v: check_domain(v, owner=OWNER, name=k),
     },
@@ -220,12 +218,11 @@ SPEC = register(TaskSpec(
     run=_run,
     dataset_keys={
         "weight": lambda k, v: V.check_str(k, v, owner=OWNER),
-        "max_items_per_unit": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
         "nulls": lambda k, v: V.check_option(k, v, NULL_ITEMS, owner=OWNER),
         "unit_clipping": lambda k, v: V.check_option(k, v, UNIT_CLIPPING, owner=OWNER),
-        "unit_l2_bound": lambda k, v: V.check_real(k, v, owner=OWNER, low=0, low_open=True),
+        "unit_l2_bound": P.validator("unit_l2_bound", OWNER),
     },
     requires_norm_bound=False,
-    neighbors=("add_remove",),
     check=_check,
+    renamed_keys={"dataset": {"max_items_per_unit": "max_rows_per_unit"}},
 ))

@@ -15,26 +15,24 @@ Config (``params`` keys per task; all optional unless stated)::
 from __future__ import annotations
 
 from spark_dp import _validation as V
+from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError
+from spark_dp.params import ROW_IDS
 from spark_dp.second_moment import POSTPROCESS
-from spark_dp.second_moment.api import (
+from spark_dp.second_moment.jl_ridge import CALIBRATIONS, PROJECTIONS
+from spark_dp.second_moment.mechanisms import (
     PCA_MECHANISMS,
     REGRESSION_MECHANISMS,
     SECOND_MOMENT_MECHANISMS,
     plan_mechanism,
 )
-from spark_dp.aggregates.jl import ROW_IDS
-from spark_dp.second_moment.jl_ridge import CALIBRATIONS, PROJECTIONS
 
 OWNER = "the config"
 
 _COMMON_PARAMS = {
     "postprocess": lambda k, v: V.check_option(k, v, POSTPROCESS, owner=OWNER),
-    "projection_rows": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
-    "dof": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
-    "public_n": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
-    "prior_dof": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
+    **{name: P.validator(name, OWNER) for name in ("projection_rows", "dof", "public_n", "prior_dof")},
     "calibration": lambda k, v: V.check_option(k, v, CALIBRATIONS, owner=OWNER),
     "row_ids": lambda k, v: V.check_option(k, v, ROW_IDS, owner=OWNER),
     "projection": lambda k, v: V.check_option(k, v, PROJECTIONS, owner=OWNER),
@@ -137,7 +135,7 @@ SPEC = register(TaskSpec(
 REGRESSION_SPEC = register(TaskSpec(
     name="linear_regression",
     mechanisms=REGRESSION_MECHANISMS,
-    params={**_COMMON_PARAMS, "ridge": lambda k, v: V.check_real(k, v, owner=OWNER, low=0)},
+    params={**_COMMON_PARAMS, "ridge": P.validator("ridge", OWNER)},
     plan=_plan,
     run=_run_regression,
     dataset_keys={"label": lambda k, v: V.check_str(k, v, owner=OWNER)},
@@ -147,7 +145,7 @@ REGRESSION_SPEC = register(TaskSpec(
 PCA_SPEC = register(TaskSpec(
     name="pca",
     mechanisms=PCA_MECHANISMS,
-    params={**_COMMON_PARAMS, "k": lambda k, v: V.check_int(k, v, owner=OWNER, low=1)},
+    params={**_COMMON_PARAMS, "k": P.validator("k", OWNER)},
     plan=_plan,
     run=_run_pca,
     check=_check,

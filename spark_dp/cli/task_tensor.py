@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from spark_dp import _validation as V
-from spark_dp.aggregates import FORMATS
+from spark_dp import params as P
+from spark_dp.params import FORMATS
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError, SchemaError
-from spark_dp.tensor.api import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TENSOR_NEIGHBORS
+from spark_dp.tensor.mechanisms import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TENSOR_NEIGHBORS
 from spark_dp.tensor.input_perturbation import input_perturbation_plan
 from spark_dp.tensor.private import CALIBRATIONS, MODES, rows_plan, tensor_entry_plan
 from spark_dp.tensor.whiten import whitened_rows_plan
@@ -27,20 +28,10 @@ DEFAULTS = {"restarts": 20, "iterations": 30, "mode": "fresh", "rows_per_round":
             "whiten": False}
 
 
-def _bool(key, value):
-    if not isinstance(value, bool):
-        raise ConfigError(f"The {key!r} parameter of {OWNER} must be a bool. Got {value!r} instead.")
-    return value
-
-
 PARAMS = {
-    "k": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
-    "restarts": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
-    "iterations": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
+    **{name: P.validator(name, OWNER) for name in ("k", "restarts", "iterations", "rows_per_round", "whiten")},
     "mode": lambda k, v: V.check_option(k, v, MODES, owner=OWNER),
-    "rows_per_round": lambda k, v: V.check_int(k, v, owner=OWNER, low=1),
     "calibration": lambda k, v: V.check_option(k, v, CALIBRATIONS, owner=OWNER),
-    "whiten": _bool,
     # Speed only (not part of the request): cap of each Python worker's block
     # cache when reuse-mode passes read Parquet files in the tasks; 0 = off.
     "worker_cache_bytes": lambda k, v: V.check_int(k, v, owner=OWNER, low=0),
@@ -168,7 +159,7 @@ SPEC = register(TaskSpec(
     params=PARAMS,
     plan=_plan,
     run=_run,
-    privacy_keys={"entry_scale": lambda k, v: V.check_real(k, v, owner=OWNER, low=0, low_open=True)},
+    privacy_keys={"entry_scale": P.validator("entry_scale", OWNER)},
     requires_norm_bound=False,
     formats=("tensor", *FORMATS),
     neighbors=TENSOR_NEIGHBORS,

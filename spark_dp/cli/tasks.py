@@ -44,6 +44,10 @@ class TaskSpec:
         neighbors: accepted ``privacy.neighbors`` values.
         needs_spark: whether ``run`` needs a SparkSession.
         check: optional cross-key validation ``check(config)``, run before Spark.
+        renamed_keys: deprecated config keys → their new names, per section
+            (``{"dataset": {"max_items_per_unit": "max_rows_per_unit"}}``):
+            still accepted for one minor version, with a
+            :class:`~spark_dp.errors.SparkDPDeprecationWarning` naming the new key.
     """
 
     name: str
@@ -58,6 +62,7 @@ class TaskSpec:
     neighbors: tuple[str, ...] = ("add_remove", "replace")
     needs_spark: bool = True
     check: Callable[[JobConfig], None] | None = None
+    renamed_keys: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 _TASK_MODULES = ("spark_dp.cli.task_second_moment", "spark_dp.cli.task_tensor", "spark_dp.cli.task_count_sketch")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-NEIGHBORS = ("add_remove", "replace")
+from spark_dp.params import NEIGHBORS  # declared once
 
 
 def second_moment_l2_sensitivity(norm_bound: float, *, max_rows_per_unit: int = 1, neighbors: str = "add_remove") -> float:

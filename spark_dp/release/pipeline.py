@@ -43,7 +43,12 @@ from spark_dp.privacy import Budget, Chokepoint
 from spark_dp.privacy.events import Event, event_to_dict
 from spark_dp.privacy.ledger import UnitDeclaration
 from spark_dp.release.ids import canonical_sha256, check_release_id, new_release_id
-from spark_dp.release.release import MANIFEST_SCHEMA_VERSION, Release, load_release, write_release
+from spark_dp.release.release import (
+    MANIFEST_SCHEMA_VERSION,
+    Release,
+    load_release,
+    write_release,
+)
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -113,6 +118,9 @@ class ReleasePlan:
             raise RuntimeError("bug: a release plan that is not private must not carry privacy events")
         if private and "neighbors" not in self.privacy:
             raise RuntimeError("bug: a release's privacy fields must state its neighbour relation")
+        if private and not {"noise_family", "noise_scale"} <= set(self.privacy):
+            raise RuntimeError("bug: a release's privacy fields must state noise_family and noise_scale "
+                               "(manifest schema 2)")
         if _OWNED & set(self.manifest):
             raise RuntimeError(f"bug: manifest fields {sorted(_OWNED & set(self.manifest))} belong to the pipeline")
         object.__setattr__(self, "events", tuple(self.events))

@@ -6,8 +6,24 @@ Layout of a release directory ``<root>/<release_id>/``::
     <name>.parquet       one file per payload array, long format:
                          index columns i, j, k, … then ``value``
 
-Manifest schema (version 1). Compatibility rules: never remove a field or
-change its meaning; add only optional fields.
+Manifest schema (version 2). Compatibility rules: never remove a field or
+change its meaning; add only optional fields; readers accept every earlier
+version.
+
+Version 2 (one vocabulary across families) adds to ``privacy``:
+
+* ``noise_family`` — ``gaussian``, ``laplace``, ``wishart``,
+  ``inverse_wishart`` or ``jl_projection``: what was added;
+* ``noise_scale`` — the Gaussian σ or Laplace b of every noisy coordinate
+  (a list for mechanisms with several Gaussian releases, e.g. AdaSSP's
+  three), or null where the noise has no single additive scale (Wishart,
+  JL, the tensor power method's data-dependent σ);
+* ``max_rows_per_unit`` in sketch releases too.
+
+Kept from version 1, deprecated: ``noise_sigma`` (= ``noise_scale`` of a
+Gaussian release) and the sketches' ``max_items_per_unit`` (=
+``max_rows_per_unit``). Read the noise with :func:`noise_of`, which
+understands both versions.
 """
 
 from __future__ import annotations
@@ -26,7 +42,7 @@ import pyarrow.parquet as pq
 from spark_dp.errors import ReleaseConflictError, SchemaError
 
 MANIFEST = "manifest.json"
-MANIFEST_SCHEMA_VERSION = 1
+MANIFEST_SCHEMA_VERSION = 2
 _INDEX_NAMES = ("i", "j", "k", "l", "m", "n")
 
 
@@ -50,6 +66,23 @@ class Release:
     def __repr__(self) -> str:
         shapes = {k: v.shape for k, v in self.arrays.items()}
         return f"Release(id={self.release_id!r}, arrays={shapes}, path={self.path!r}, reused={self.reused})"
+
+
+def noise_of(privacy: dict[str, Any]) -> tuple[str | None, Any]:
+    """(noise family, noise scale) of a manifest's ``privacy`` fields, schema 2 or 1.
+
+    Schema 1 manifests state the family only in the free-text ``noise``
+    field and the scale as ``noise_sigma`` (Gaussian) or ``noise_scale``
+    (Laplace).
+    """
+    if "noise_family" in privacy:
+        return privacy["noise_family"], privacy.get("noise_scale")
+    text = str(privacy.get("noise", ""))
+    if text.startswith("gaussian"):
+        return "gaussian", privacy.get("noise_sigma")
+    if text.startswith("laplace"):
+        return "laplace", privacy.get("noise_scale")
+    return None, None
 
 
 def array_to_table(array: np.ndarray) -> pa.Table:

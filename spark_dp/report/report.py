@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spark_dp.release import Release, load_release
+from spark_dp.release.release import noise_of
 
 
 @dataclass
@@ -58,9 +59,12 @@ def _plt():
 def privacy_summary(release: Release) -> dict:
     """The privacy facts of a release, from its manifest."""
     p = release.privacy
-    keys = ("epsilon", "delta", "neighbors", "sensitivity", "noise", "noise_sigma", "noise_scale", "sampler",
+    keys = ("epsilon", "delta", "neighbors", "sensitivity", "noise", "sampler",
             "private", "ledger_entry", "dataset_limit", "norm_bound", "composition")
     out = {k: p[k] for k in keys if k in p}
+    family, scale = noise_of(p)  # schema 2, or schema 1's noise_sigma / noise_scale
+    if family is not None:
+        out["noise_family"], out["noise_scale"] = family, scale
     if p.get("private") is False and p.get("note"):
         out["warning"] = p["note"]
     out["mechanism"] = release.manifest.get("mechanism")
@@ -71,9 +75,8 @@ def privacy_summary(release: Release) -> dict:
 
 
 def _sigma(release: Release) -> float | None:
-    s = release.privacy.get("noise_sigma")
-    noise = str(release.privacy.get("noise", ""))
-    return float(s) if isinstance(s, (int, float)) and noise.startswith("gaussian") else None
+    family, s = noise_of(release.privacy)
+    return float(s) if isinstance(s, (int, float)) and family == "gaussian" else None
 
 
 def _spectrum(release: Release, ax, sections: list[str]) -> None:
@@ -148,8 +151,8 @@ def _sketch(release: Release, axes, sections: list[str]) -> None:
     table = "histogram" if "histogram" in release.arrays else "sketch"
     S = np.asarray(release[table])
     p = release.privacy
-    gaussian = str(p.get("noise", "")).startswith("gaussian")
-    scale = p.get("noise_sigma") if gaussian else p.get("noise_scale")
+    family, scale = noise_of(p)
+    gaussian = family == "gaussian"
     axes[0].hist(S.reshape(-1), bins=min(60, max(10, S.size // 20)), color="C0")
     if isinstance(scale, (int, float)):
         band = 3 * scale * (1 if gaussian else math.sqrt(2))  # Laplace(b) has sd b√2

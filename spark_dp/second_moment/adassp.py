@@ -119,7 +119,8 @@ def plan_release(req: PlanRequest) -> MechanismPlan:
     """AdaSSP's plan: three Gaussian events; sensitivities for m rows per unit and the relation."""
     plan = adassp_plan(epsilon=req.epsilon, delta=req.delta, norm_bound=req.norm_bound, neighbors=req.neighbors,
                        max_rows_per_unit=req.max_rows_per_unit)
-    privacy = {**req.base_privacy, "noise": "gaussian x3 (lambda_min, X^T X, X^T y)", "noise_sigma": list(plan.sigmas),
+    privacy = {**req.base_privacy, "noise": "gaussian x3 (lambda_min, X^T X, X^T y)", "noise_family": "gaussian",
+               "noise_scale": list(plan.sigmas), "noise_sigma": list(plan.sigmas),
                "sensitivity": list(plan.sensitivities),
                "calibration": "exact composition of three equal Gaussian releases (mu-GDP)",
                "rho": plan.rho, "clipping": "rows [x, y] jointly to L2 norm <= B"}

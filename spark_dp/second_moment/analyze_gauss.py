@@ -117,7 +117,8 @@ def plan_release(req: PlanRequest) -> MechanismPlan:
         return analyze_gauss(gram, chokepoint=cp, sigma=sigma, sensitivity=sens, postprocess=postprocess)
 
     privacy = {**req.base_privacy, "sensitivity": sens, "sensitivity_norm": "l2 of the upper triangle of A^T A",
-               "noise": "gaussian", "noise_sigma": sigma, "noise_multiplier": event.noise_multiplier,
+               "noise": "gaussian", "noise_family": "gaussian", "noise_scale": sigma,
+               "noise_sigma": sigma, "noise_multiplier": event.noise_multiplier,
                "calibration": "exact (Balle & Wang 2018)" if req.calibration == "exact" else PAPER_FORMULA,
                "event_representation": "GaussianEvent at the noise multiplier used (what the release guarantees)"}
     return MechanismPlan("analyze_gauss", [event], privacy, {"postprocess": postprocess, "calibration": req.calibration},

@@ -131,6 +131,7 @@ def plan_release(req: PlanRequest) -> MechanismPlan:
 
     privacy = {**req.base_privacy,
                "noise": "inverse-Wishart posterior sample W^-1(A^T A + w^2 I, m), rescaled by m - d - 1",
+               "noise_family": "inverse_wishart", "noise_scale": None,
                "dof": r, "ridge_w": w, "ridge_w2": w * w,
                "dof_rule": ("public dof m" if public_n is None else
                             "Sheffet's posterior m = n + m0 with n public (public_n, given by the user; "

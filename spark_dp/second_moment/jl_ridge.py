@@ -198,7 +198,8 @@ def plan_release(req: PlanRequest) -> MechanismPlan:
         def noise(project, cp):
             return jl_ridge(project, chokepoint=cp, event=event, r=r, d=d, w=w, postprocess=postprocess)
 
-    privacy = {**req.base_privacy, "noise": "Gaussian JL projection of [A; wI]", "projection_rows": r, "ridge_w": w,
+    privacy = {**req.base_privacy, "noise": "Gaussian JL projection of [A; wI]", "noise_family": "jl_projection",
+               "noise_scale": None, "projection_rows": r, "ridge_w": w,
                "ridge_w2": w * w,
                "calibration": ("exact chi-square privacy profile, worst case over a <= B^2/w^2"
                                if req.calibration == "exact" else

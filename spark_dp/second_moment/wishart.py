@@ -113,7 +113,8 @@ def plan_release(req: PlanRequest) -> MechanismPlan:
     def noise(gram, cp):
         return additive_wishart(gram, chokepoint=cp, event=event, k=k, norm_bound=norm_bound, postprocess=postprocess)
 
-    privacy = {**req.base_privacy, "noise": "additive Wishart W_d(B^2 I, k)", "dof": k,
+    privacy = {**req.base_privacy, "noise": "additive Wishart W_d(B^2 I, k)", "noise_family": "wishart",
+               "noise_scale": None, "dof": k,
                "calibration": f"{req.calibration}: Sheffet Thm 4.1, k >= d + 28 ln(4/delta)/epsilon^2 "
                               "(the paper's bound; no exact profile is known, so both modes plan the same k)",
                "event_representation": "EpsilonDeltaEvent (tail bound; no tighter profile known)"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -10,13 +9,20 @@ import numpy as np
 from pyspark.sql import DataFrame
 
 from spark_dp import _validation as V
+from spark_dp import params as P
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Chokepoint
 from spark_dp.release import Release
 from spark_dp.release.pipeline import Noised, ReleasePlan, run_release
+from spark_dp.sketch.constraints import (  # noqa: F401 - re-exported
+    NULL_ITEMS,
+    UNIT_CLIPPING,
+    WEIGHT_NONFINITE,
+    check_domain,
+    check_sketch_request,
+)
 from spark_dp.sketch.count_sketch import (
     DEFAULT_ESTIMATOR,
-    MECHANISMS,
     SIGNED,
     plan_sketch,
     private_count_sketch,
@@ -29,9 +35,6 @@ if TYPE_CHECKING:
     from spark_dp.session import DPSession
 
 OWNER = "count_sketch"
-UNIT_CLIPPING = ("l1", "sketch_l2")
-NULL_ITEMS = ("item", "drop")
-WEIGHT_NONFINITE = ("drop", "zero")
 HASH_FAMILY = (
     "bucket h_i(x) = pmod(xxhash64(seed_i, x), b); sign s_i(x) = 1 - 2*(xxhash64(seed_i XOR "
     f"{SIGN_SALT:#x}, x) & 1); Spark SQL xxhash64 (XXH64, chained: seed enters first, initial seed 42); "
@@ -40,60 +43,14 @@ HASH_FAMILY = (
 SEEDS_PAYLOAD = "seeds[i, 0] = high 32 bits, seeds[i, 1] = low 32 bits of repetition i's 64-bit seed (two's complement)"
 
 
-def check_domain(domain: Any, *, owner: str = OWNER, name: str = "domain") -> list | int:
-    """A histogram domain: an int d (items 0…d−1) or a non-empty list of distinct strings or ints."""
-    if isinstance(domain, int | np.integer) and not isinstance(domain, bool):
-        return V.check_int(name, int(domain), owner=owner, low=1)
-    if isinstance(domain, str) or not isinstance(domain, Sequence) or len(domain) == 0:
-        raise ConfigError(
-            f"The {name!r} parameter of {owner} must be an int or a non-empty list of items. Got {domain!r} instead."
-        )
-    items = list(domain)
-    kinds = {"string" if isinstance(x, str) else "long" if isinstance(x, int) and not isinstance(x, bool) else "bad"
-             for x in items}
-    if "bad" in kinds or len(kinds) != 1:
-        raise ConfigError(f"The {name!r} parameter of {owner} must list items of one type, strings or ints.")
-    if len(set(items)) != len(items):
-        raise ConfigError(f"The {name!r} parameter of {owner} must not repeat items.")
-    return items
-
-
-def check_sketch_request(
-    *,
-    mechanism: str,
-    repetitions: int,
-    buckets: int,
-    max_items_per_unit: int,
-    unit_clipping: str,
-    unit_l2_bound: float | None,
-    privacy_unit: str | None,
-    domain: Any,
-    owner: str = OWNER,
-) -> tuple[int, int, float | None, list | int | None]:
-    """Validates the public parameters; returns (k, b, C or None, domain)."""
-    V.check_option("mechanism", mechanism, MECHANISMS, owner=owner)
-    k = V.check_int("repetitions", repetitions, owner=owner, low=1)
-    b = V.check_int("buckets", buckets, owner=owner, low=2 if mechanism == "count_mean" else 1)
-    V.check_int("max_items_per_unit", max_items_per_unit, owner=owner, low=1)
-    V.check_option("unit_clipping", unit_clipping, UNIT_CLIPPING, owner=owner)
-    C = None
-    if unit_clipping == "sketch_l2":
-        if mechanism not in ("private_count_sketch", "count_mean"):
-            raise ConfigError(f"The 'unit_clipping' parameter of {owner} can be 'sketch_l2' only for L2 sketches "
-                              f"(private_count_sketch, count_mean). Got mechanism {mechanism!r}.")
-        if privacy_unit is None:
-            raise ConfigError(f"The 'unit_clipping' parameter of {owner} is 'sketch_l2' but no 'privacy_unit' is given.")
-        C = math.sqrt(max_items_per_unit) if unit_l2_bound is None else V.check_real(
-            "unit_l2_bound", unit_l2_bound, owner=owner, low=0, low_open=True)
-    elif unit_l2_bound is not None:
-        raise ConfigError(f"The 'unit_l2_bound' parameter of {owner} needs unit_clipping='sketch_l2'.")
-    if mechanism == "histogram":
-        if domain is None:
-            raise ConfigError(f"The 'domain' parameter of {owner} is required for the histogram mechanism.")
-        domain = check_domain(domain, owner=owner)
-    elif domain is not None:
-        raise ConfigError(f"The 'domain' parameter of {owner} applies only to the histogram mechanism.")
-    return k, b, C, domain
+def _item_column(columns: Any, *, owner: str) -> str:
+    """The one item column, from a name or a list holding one name."""
+    if isinstance(columns, list | tuple) and len(columns) == 1:
+        columns = columns[0]
+    if not isinstance(columns, str) or not columns:
+        raise ConfigError(f"The 'columns' parameter of {owner} must name one item column (a string or a list of one "
+                          f"string). Got {columns!r} instead.")
+    return columns
 
 
 def _source_info(source: Any, source_paths: list[str] | None, *, owner: str = OWNER) -> dict | None:
@@ -147,19 +104,21 @@ def _seeds(given: Sequence[int] | Release | None, k: int, mechanism: str, sessio
     return [to_signed(int(x)) for x in given]
 
 
+@V.renamed_parameters(column="columns", max_items_per_unit="max_rows_per_unit")
 def count_sketch(
     session: DPSession,
     df: DataFrame,
-    column: str,
+    columns: str | Sequence[str],
     *,
     epsilon: float,
     delta: float,
+    neighbors: str = "add_remove",
     mechanism: str = "private_count_sketch",
     repetitions: int = 15,
     buckets: int = 65536,
     weight: str | None = None,
     privacy_unit: str | None = None,
-    max_items_per_unit: int = 1,
+    max_rows_per_unit: int = 1,
     unit_clipping: str = "l1",
     unit_l2_bound: float | None = None,
     nulls: str = "item",
@@ -177,7 +136,7 @@ def count_sketch(
     source_paths: Sequence[str] | None = None,
     source: dict[str, Any] | None = None,
 ) -> Release:
-    """Releases a private sketch (or known-domain histogram) of ``df[column]``.
+    """Releases a private sketch (or known-domain histogram) of the item column ``df[columns]``.
 
     Mechanisms (see :mod:`spark_dp.sketch.count_sketch` for neighbours and
     sensitivities): ``private_count_sketch`` (Pagh & Thorup 2022; Gaussian,
@@ -187,15 +146,20 @@ def count_sketch(
 
     Args:
         df: the data.
-        column: the item column (strings or integers).
+        columns: the item column (strings or integers): its name, or a list
+            of that one name (``column`` is the deprecated old name).
         epsilon, delta: the release's (ε, δ) (Count-Min charges (ε, 0)).
+        neighbors: ``add_remove`` (default, the paper's) or ``replace`` (one
+            unit's rows replaced by another's: Δ doubles, ×√2 for unweighted
+            Count-Mean and histograms; :mod:`spark_dp.sketch.count_sketch`).
         mechanism: one of the four above.
         repetitions: k ≥ 1 (odd k gives a unique median).
         buckets: b ≥ 1 (≥ 2 for count_mean).
         weight: optional numeric column; each row adds its weight clipped to
             [−1, 1] (default: 1 per row).
         privacy_unit: unit column (default: each row is a unit).
-        max_items_per_unit: m, rows kept per unit (chosen by a keyed hash of the unit and the row's content:
+        max_rows_per_unit: m, rows kept per unit (``max_items_per_unit`` is
+            the deprecated old name) (chosen by a keyed hash of the unit and the row's content:
             pseudo-random, and the same if Spark recomputes the frame).
         unit_clipping: ``l1`` (Δ from m) or ``sketch_l2``: clip each unit's
             per-repetition contribution to L2 ≤ ``unit_l2_bound`` (default √m).
@@ -265,10 +229,12 @@ def count_sketch(
             is charged or written.
     """
     owner = OWNER
-    epsilon = V.check_real("epsilon", epsilon, owner=owner, low=0, low_open=True)
-    delta = V.check_real("delta", delta, owner=owner, low=0, high=1, low_open=True, high_open=True)
+    column = _item_column(columns, owner=owner)
+    max_items_per_unit = max_rows_per_unit  # one row = one item
+    epsilon, delta = P.check("epsilon", epsilon, owner=owner), P.check("delta", delta, owner=owner)
+    P.check("neighbors", neighbors, owner=owner)
     k, b, C, domain = check_sketch_request(
-        mechanism=mechanism, repetitions=repetitions, buckets=buckets, max_items_per_unit=max_items_per_unit,
+        mechanism=mechanism, repetitions=repetitions, buckets=buckets, max_rows_per_unit=max_rows_per_unit,
         unit_clipping=unit_clipping, unit_l2_bound=unit_l2_bound, privacy_unit=privacy_unit, domain=domain,
     )
     V.check_option("nulls", nulls, NULL_ITEMS, owner=owner)
@@ -278,7 +244,7 @@ def count_sketch(
     if hash_items is not None and levels is None:
         raise ConfigError(f"The 'hash_items' parameter of {owner} applies only with 'levels' (dyadic heavy hitters).")
     if levels is not None:
-        levels = V.check_int("levels", levels, owner=owner, low=1, high=62)
+        levels = P.check("levels", levels, owner=owner)
         if mechanism != "private_count_sketch" or unit_clipping != "l1" or candidates is not None:
             raise ConfigError(f"The 'levels' parameter of {owner} (dyadic heavy hitters) needs mechanism "
                               "'private_count_sketch', unit_clipping 'l1' and no candidates.")
@@ -286,10 +252,7 @@ def count_sketch(
                                       (seeds.manifest.get("sketch") or {}).get("levels") == levels):
             raise ConfigError(f"The 'seeds' parameter of {owner} with 'levels' must be an earlier dyadic release "
                               f"with levels={levels} (its level seeds and domain hash are reused so the stacks merge).")
-    top = V.check_int("top", top, owner=owner, low=1)
-    if threshold is not None:
-        threshold = V.check_real("threshold", threshold, owner=owner)
-    V.check_str("column", column, owner=owner)
+    top, threshold = P.check("top", top, owner=owner), P.check("threshold", threshold, owner=owner)
     if not isinstance(df, DataFrame):
         raise SchemaError(f"The 'df' parameter of {owner} must be a Spark DataFrame. Got {type(df).__name__} instead.")
     if source_paths is not None:
@@ -341,12 +304,13 @@ def count_sketch(
 
     if levels is None:
         plan = plan_sketch(mechanism, epsilon=epsilon, delta=delta, repetitions=k,
-                           max_items_per_unit=max_items_per_unit, unit_l2_bound=C)
+                           max_items_per_unit=max_items_per_unit, unit_l2_bound=C, neighbors=neighbors,
+                           weighted=weight is not None)
     else:
         from spark_dp.sketch.dyadic import plan_dyadic
 
         plan = plan_dyadic(epsilon=epsilon, delta=delta, repetitions=k, levels=levels,
-                           max_items_per_unit=max_items_per_unit)
+                           max_items_per_unit=max_items_per_unit, neighbors=neighbors)
     threshold_given = threshold
     if threshold is None:
         threshold = 3.0 * plan.counter_std
@@ -385,6 +349,9 @@ def count_sketch(
         "candidates": None if candidates is None else (candidates if isinstance(candidates, list) else "dataframe"),
         "sampler": session.sampler.name,
         "config_sha256": config_sha256,
+        # Request keys keep their pre-0.2 names (column, max_items_per_unit) and "neighbors" is added only
+        # when not the default, so the digests of earlier requests, hence their release ids, stay valid.
+        **({"neighbors": neighbors} if neighbors != "add_remove" else {}),
     }
 
     def compute() -> np.ndarray:
@@ -446,11 +413,13 @@ def count_sketch(
         return Noised(arrays)
 
     privacy = {
-        "epsilon": plan.budget.epsilon, "delta": plan.budget.delta, "neighbors": "add_remove",
+        "epsilon": plan.budget.epsilon, "delta": plan.budget.delta, "neighbors": neighbors,
         "sensitivity": plan.sensitivity, "sensitivity_norm": f"{plan.sensitivity_norm} of the whole released table",
-        "noise": plan.noise, "noise_sigma" if plan.noise == "gaussian" else "noise_scale": plan.scale,
+        "noise": plan.noise, "noise_family": plan.noise, "noise_scale": plan.scale,
+        **({"noise_sigma": plan.scale} if plan.noise == "gaussian" else {}),
         "calibration": "exact (Balle & Wang 2018)" if plan.noise == "gaussian" else "Laplace b = sensitivity/epsilon",
-        "privacy_unit": privacy_unit or "row", "max_items_per_unit": max_items_per_unit,
+        "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_items_per_unit,
+        "max_items_per_unit": max_items_per_unit,  # deprecated duplicate of max_rows_per_unit (manifest schema 1)
         "unit_clipping": unit_clipping, "unit_l2_bound": C, "levels": levels,
     }
     sketch_info = {

@@ -9,13 +9,16 @@ with Cormode & Muthukrishnan's min estimator), the Count-Mean sketch (central
 version of Apple's 2017 sketch with its debiasing) and the Gaussian mechanism
 on the exact histogram over a known domain.
 
-Neighbour relation (all mechanisms): add or remove one privacy unit — one
-row, or all rows of one ``privacy_unit`` value after keeping at most
-m = ``max_items_per_unit`` of them. Each row adds w ∈ [−1, 1] (1 without a
-weight column) to its item, so a unit changes the frequency vector x by a
-vector of L1 norm ≤ m (the paper's neighbours are m = 1).
+Neighbour relations (all mechanisms): ``add_remove`` (the paper's; default)
+adds or removes one privacy unit — one row, or all rows of one
+``privacy_unit`` value after keeping at most m = ``max_rows_per_unit`` of
+them; ``replace`` replaces one unit's rows by another unit's. Each row adds
+w ∈ [−1, 1] (1 without a weight column) to its item, so a unit changes the
+frequency vector x by a vector of L1 norm ≤ m (the paper's neighbours are
+m = 1).
 
-Sensitivities of the released table (repetitions k, buckets b):
+Sensitivities of the released table (repetitions k, buckets b) under
+add/remove:
 
 * CountSketch and Count-Mean, L2: each repetition's table moves by a vector
   of L1 ≤ m, hence L2 ≤ m (worst case: all the unit's items in one bucket),
@@ -27,6 +30,15 @@ Sensitivities of the released table (repetitions k, buckets b):
   collide, so clipping seldom bites when b ≫ m).
 * Count-Min, L1: each repetition moves by ≤ m in L1, Δ₁ = k·m.
 * Histogram over a known domain, L2: Δ₂ = m (all m rows on one item).
+
+Under ``replace`` the table moves by c' − c, the added unit's contribution
+minus the removed one's (each bounded as above): ‖c' − c‖ ≤ ‖c'‖ + ‖c‖, so
+every Δ doubles. That is tight when contributions can have either sign (the
+signed CountSketch, any weighted sketch: the removed unit's −m and the added
+unit's +m land in one counter) and for L1 (Count-Min: two disjoint buckets).
+Unweighted *unsigned* L2 tables (Count-Mean, histogram) have contributions
+≥ 0, so ⟨c, c'⟩ ≥ 0 and ‖c' − c‖₂² ≤ ‖c‖₂² + ‖c'‖₂²: the factor is √2
+(:func:`replace_factor`).
 
 Noise: Gaussian σ = z(ε, δ)·Δ₂ with the exact calibration of Balle & Wang
 (2018); Laplace b = Δ₁/ε. All noise is drawn through the chokepoint.
@@ -83,22 +95,35 @@ class SketchPlan:
         return self.scale if self.noise == "gaussian" else math.sqrt(2.0) * self.scale
 
 
+def replace_factor(mechanism: str, *, neighbors: str, weighted: bool) -> float:
+    """Δ under ``neighbors`` / Δ under add/remove (module docstring): 1, 2, or √2 for unweighted unsigned L2."""
+    if neighbors == "add_remove":
+        return 1.0
+    if neighbors != "replace":
+        raise ValueError(f"unknown neighbour relation {neighbors!r}; expected 'add_remove' or 'replace'")
+    if mechanism in ("count_mean", "histogram") and not weighted:
+        return math.sqrt(2.0)  # contributions ≥ 0: ‖c' − c‖₂² ≤ ‖c‖₂² + ‖c'‖₂²
+    return 2.0  # triangle inequality; tight for signed or weighted contributions and for L1
+
+
 def sketch_sensitivity(
-    mechanism: str, *, repetitions: int, max_items_per_unit: int = 1, unit_l2_bound: float | None = None
+    mechanism: str, *, repetitions: int, max_items_per_unit: int = 1, unit_l2_bound: float | None = None,
+    neighbors: str = "add_remove", weighted: bool = False,
 ) -> tuple[float, str]:
     """(Δ, norm) of the released table; see the module docstring for the argument."""
     k, m = repetitions, max_items_per_unit
+    f = replace_factor(mechanism, neighbors=neighbors, weighted=weighted)
     if mechanism in ("private_count_sketch", "count_mean"):
         per_rep = m if unit_l2_bound is None else unit_l2_bound
-        return math.sqrt(k) * per_rep, "l2"
+        return f * math.sqrt(k) * per_rep, "l2"
     if mechanism == "count_min":
         if unit_l2_bound is not None:
             raise ValueError("count_min bounds L1, not L2: per-unit L2 clipping does not apply")
-        return float(k * m), "l1"
+        return f * float(k * m), "l1"
     if mechanism == "histogram":
         if unit_l2_bound is not None:
             raise ValueError("histogram: per-unit L2 clipping in sketch space does not apply")
-        return float(m), "l2"
+        return f * float(m), "l2"
     raise ValueError(f"unknown mechanism {mechanism!r}; expected one of {list(MECHANISMS)}")
 
 
@@ -110,12 +135,15 @@ def plan_sketch(
     repetitions: int = 1,
     max_items_per_unit: int = 1,
     unit_l2_bound: float | None = None,
+    neighbors: str = "add_remove",
+    weighted: bool = False,
 ) -> SketchPlan:
     """The privacy events, noise scale and sensitivity of a sketch release (all public)."""
     sens, norm = sketch_sensitivity(
-        mechanism, repetitions=repetitions, max_items_per_unit=max_items_per_unit, unit_l2_bound=unit_l2_bound
+        mechanism, repetitions=repetitions, max_items_per_unit=max_items_per_unit, unit_l2_bound=unit_l2_bound,
+        neighbors=neighbors, weighted=weighted,
     )
-    unit_bound = {"max_items_per_unit": max_items_per_unit, "unit_l2_bound": unit_l2_bound}
+    unit_bound = {"max_items_per_unit": max_items_per_unit, "unit_l2_bound": unit_l2_bound, "neighbors": neighbors}
     if norm == "l1":
         # Laplace mechanism: b = Δ₁/ε is ε-DP (Dwork et al. 2006); z = b/Δ₁ = 1/ε.
         z = 1.0 / epsilon

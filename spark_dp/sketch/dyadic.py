@@ -20,7 +20,8 @@ hashed domains) and n = 10⁶, 2.3·10⁻⁴.
 
 Privacy: every row adds its weight to one prefix per level, so the L stacked
 k×b tables move by Δ₂ = √(L·k)·m under add/remove of a unit (each level
-√k·m, disjoint coordinates). One Gaussian release of the whole stack with
+√k·m, disjoint coordinates), and by twice that under replace (signed
+tables; :func:`spark_dp.sketch.count_sketch.replace_factor`). One Gaussian release of the whole stack with
 σ = z(ε, δ)·Δ₂ — the same as splitting the budget over the L levels by exact
 Gaussian composition (μ² adds up).
 
@@ -38,13 +39,15 @@ from typing import Any
 import numpy as np
 
 from spark_dp.privacy import Budget, GaussianEvent, gaussian_noise_multiplier
-from spark_dp.sketch.count_sketch import SketchPlan, combine, simple_estimates
+from spark_dp.sketch.count_sketch import SketchPlan, combine, replace_factor, simple_estimates
 from spark_dp.sketch.hashing import buckets_and_signs
 
 
-def plan_dyadic(*, epsilon: float, delta: float, repetitions: int, levels: int, max_items_per_unit: int = 1) -> SketchPlan:
-    """Events, σ and Δ₂ = √(L·k)·m of a dyadic release."""
-    sens = math.sqrt(levels * repetitions) * max_items_per_unit
+def plan_dyadic(*, epsilon: float, delta: float, repetitions: int, levels: int, max_items_per_unit: int = 1,
+                neighbors: str = "add_remove") -> SketchPlan:
+    """Events, σ and Δ₂ = f·√(L·k)·m of a dyadic release (f = 1 add/remove, 2 replace: signed tables)."""
+    f = replace_factor("private_count_sketch", neighbors=neighbors, weighted=True)
+    sens = f * math.sqrt(levels * repetitions) * max_items_per_unit
     z = gaussian_noise_multiplier(epsilon, delta)
     return SketchPlan("private_count_sketch", [GaussianEvent(noise_multiplier=z)], Budget(epsilon, delta), "gaussian",
                       z * sens, sens, "l2", {"max_items_per_unit": max_items_per_unit, "levels": levels})

@@ -13,17 +13,31 @@ import os
 import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.release import Release, load_release
-from spark_dp.sketch.count_sketch import DEFAULT_ESTIMATOR, ESTIMATORS, SIGNED, combine, simple_estimates, table_total
+from spark_dp.sketch.count_sketch import DEFAULT_ESTIMATOR, SIGNED, combine, simple_estimates, table_total
 from spark_dp.sketch.hashing import MASK, buckets_and_signs, to_signed
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def _is_dataframe(x: Any) -> bool:
+    """Whether ``x`` is a Spark DataFrame (classic or Connect); pyspark loads only with one.
+
+    (Estimates and plans from released tables need no Spark: ``spark_dp.sketch``
+    imports without it.)
+    """
+    if "pyspark" not in sys.modules:
+        return False
+    from pyspark.sql import DataFrame
+
+    return isinstance(x, DataFrame)
 
 _ALLOWED = {
     "private_count_sketch": ("median", "mean", "min"),
@@ -190,11 +204,14 @@ def estimate_df(
     Raises:
         SchemaError: the column is missing or its type is not the sketch's item type.
     """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
     from spark_dp.aggregates.sketch import item_kind, sketch_lookup
 
     view = release if isinstance(release, SketchView) else SketchView.of(release)
     est = view.estimator(estimator)
-    if not isinstance(candidates, DataFrame):
+    if not _is_dataframe(candidates):
         raise SchemaError(f"The 'candidates' parameter must be a Spark DataFrame. Got {type(candidates).__name__} instead.")
     if view.mechanism == "histogram":
         ckind = item_kind(candidates, column)
@@ -281,7 +298,7 @@ def heavy_hitters(
     """
     if isinstance(release, str):
         release = load_release(release)
-    if isinstance(release, Release) and isinstance(candidates, DataFrame) and release_source(release.manifest):
+    if isinstance(release, Release) and _is_dataframe(candidates) and release_source(release.manifest):
         check_candidate_files(candidates.inputFiles(), release.manifest)
     view = release if isinstance(release, SketchView) else SketchView.of(release)
     top = top if top is not None else (view.top or 50)
@@ -295,9 +312,11 @@ def heavy_hitters(
         from spark_dp.sketch.dyadic import dyadic_heavy_hitters_of
 
         thr = float("-inf") if thr is None else float(thr)
-        if isinstance(candidates, DataFrame):
+        if _is_dataframe(candidates):
             if column is None:
                 raise ConfigError("The 'column' parameter is required with a candidate DataFrame.")
+            from pyspark.sql import functions as F
+
             from spark_dp.aggregates.sketch import hashed_id_column, item_kind
 
             ckind = item_kind(candidates, column)
@@ -323,7 +342,9 @@ def heavy_hitters(
             candidates = coerce_items(list(candidates), view.kind)
         return dyadic_heavy_hitters_of(view.stack, view.level_seeds, top=top, threshold=thr,
                                        hash_seed=view.hash_seed, kind=view.kind, candidates=candidates)
-    if isinstance(candidates, DataFrame):
+    if _is_dataframe(candidates):
+        from pyspark.sql import functions as F
+
         if column is None:
             raise ConfigError("The 'column' parameter is required with a candidate DataFrame.")
         est = estimate_df(view, candidates, column, estimator=estimator).where(F.col("estimate").isNotNull())
@@ -366,7 +387,7 @@ def normalize_location(path: str) -> str:
     """A comparable form of a path or URI (local paths and ``file:`` URIs → their realpath)."""
     from urllib.parse import unquote, urlparse
 
-    from spark_dp.aggregates.sources import is_local_path
+    from spark_dp.params import is_local_path
 
     if is_local_path(path):
         local = unquote(urlparse(path).path) if path.startswith("file:") else path

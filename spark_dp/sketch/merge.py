@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,7 @@ from spark_dp.privacy.accountant import compose_epsilon
 from spark_dp.privacy.events import event_from_dict
 from spark_dp.release import MANIFEST_SCHEMA_VERSION, Release, load_release, write_release
 from spark_dp.release.ids import check_release_id, new_release_id
+from spark_dp.release.release import noise_of
 
 
 def merge_sketches(
@@ -90,7 +92,7 @@ def merge_sketches(
         # The composed guarantee is about one privacy unit with one contribution bound: parts that bound
         # other units or other m do not compose into the guarantee the merged manifest would state.
         for key, default in _UNIT_FIELDS:
-            a, b = first["privacy"].get(key, default), m["privacy"].get(key, default)
+            a, b = _unit_field(first["privacy"], key, default), _unit_field(m["privacy"], key, default)
             if a != b:
                 raise ConfigError(f"Releases differ in privacy {key!r}: {a!r} ({parts[0].release_id!r}) vs {b!r} "
                                   f"({p.release_id!r}); cannot merge.")
@@ -105,7 +107,8 @@ def merge_sketches(
     events = [event_from_dict(e) for p in parts for e in p.privacy["events"]]
     delta = math.fsum(p.privacy["delta"] for p in parts)
     epsilon = compose_epsilon(events, delta)
-    privacy = {k: v for k, v in first["privacy"].items() if k not in ("ledger_entry", "noise_sigma", "noise_scale")}
+    privacy = {k: v for k, v in first["privacy"].items() if k not in ("ledger_entry", "noise_sigma", "noise_scale",
+                                                                     "noise_family")}
     privacy.update(
         epsilon=epsilon, delta=delta, events=[e for p in parts for e in p.privacy["events"]],
         composition="sequential over the parts (exact for Gaussian parts, PLD otherwise)",
@@ -113,10 +116,14 @@ def merge_sketches(
         parts=[{"release_id": p.release_id, "epsilon": p.privacy["epsilon"], "delta": p.privacy["delta"],
                 "ledger_entry": p.privacy.get("ledger_entry")} for p in parts],
     )
-    if first["privacy"].get("noise") == "gaussian":
-        privacy["noise_sigma"] = math.sqrt(math.fsum(p.privacy["noise_sigma"] ** 2 for p in parts))
-    else:
-        privacy["noise_scales"] = [p.privacy.get("noise_scale") for p in parts]
+    family = noise_of(first["privacy"])[0]
+    if family == "gaussian":  # a sum of independent Gaussians is Gaussian
+        privacy["noise_scale"] = privacy["noise_sigma"] = math.sqrt(math.fsum(noise_of(p.privacy)[1] ** 2
+                                                                              for p in parts))
+        privacy["noise_family"] = "gaussian"
+    else:  # a sum of Laplace variables has no single scale
+        privacy["noise_family"], privacy["noise_scale"] = "sum_of_laplace", None
+        privacy["noise_scales"] = [noise_of(p.privacy)[1] for p in parts]
     if first["sketch"].get("levels") is not None:
         heavy = _redecode(parts, arrays, privacy)
     else:
@@ -137,7 +144,14 @@ def merge_sketches(
     return release
 
 
-_UNIT_FIELDS = (("privacy_unit", "row"), ("max_items_per_unit", 1), ("unit_clipping", "l1"), ("unit_l2_bound", None))
+_UNIT_FIELDS = (("privacy_unit", "row"), ("max_rows_per_unit", 1), ("unit_clipping", "l1"), ("unit_l2_bound", None),
+                ("neighbors", "add_remove"))
+
+
+def _unit_field(privacy: dict, key: str, default: Any) -> Any:
+    if key == "max_rows_per_unit":  # manifest schema 1 called it max_items_per_unit
+        return privacy.get(key, privacy.get("max_items_per_unit", default))
+    return privacy.get(key, default)
 
 
 def _merged_threshold(parts: list[Release]) -> tuple[float | None, str]:

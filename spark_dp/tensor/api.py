@@ -35,11 +35,13 @@ import numpy as np
 from pyspark.sql import DataFrame
 
 from spark_dp import _validation as V
+from spark_dp import params as P
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Budget, Chokepoint, compose_epsilon
 from spark_dp.release import Release
 from spark_dp.release.pipeline import Noised, ReleasePlan, run_release
 from spark_dp.tensor.input_perturbation import input_perturbation, input_perturbation_plan
+from spark_dp.tensor.mechanisms import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TENSOR_NEIGHBORS  # noqa: F401
 from spark_dp.tensor.online import online_tensor_power_method, passes_per_component
 from spark_dp.tensor.power_method import TensorDecomposition, check_counts, check_tensor, robust_tensor_power_method
 from spark_dp.tensor.private import (
@@ -56,11 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_dp")
 
-TENSOR_MECHANISMS = ("power_method", "online_power_method", "private_power_method", "input_perturbation")
-TENSOR_NEIGHBORS = ("add_remove", "replace", "tensor_entry")
-EXPLICIT_ONLY = ("power_method", "input_perturbation")
-ROWS_ONLY = ("online_power_method",)
-PRIVATE = ("private_power_method", "input_perturbation")
 OWNER = "tensor_decomposition"
 
 
@@ -82,12 +79,12 @@ def _payload(dec: TensorDecomposition) -> dict[str, np.ndarray]:
 def tensor_decomposition(
     session: DPSession,
     data: Any,
+    columns: list[str] | str | None = None,
+    k: int | None = None,
     *,
-    k: int,
     mechanism: str = "private_power_method",
     epsilon: float | None = None,
     delta: float | None = None,
-    columns: list[str] | str | None = None,
     norm_bound: float | None = None,
     neighbors: str | None = None,
     restarts: int = 20,
@@ -117,11 +114,12 @@ def tensor_decomposition(
         data: an explicit symmetric tensor (numpy array of shape (d, d, d),
             or a path to a ``.npy`` file), or a DataFrame whose rows x define
             the tensor Σ x^⊗3 (never formed).
-        k: components, 1 ≤ k ≤ d.
+        columns: numeric columns, or one array/vector column (DataFrames;
+            None for an explicit tensor).
+        k: components, 1 ≤ k ≤ d (required).
         mechanism: ``power_method``, ``online_power_method``,
             ``private_power_method`` or ``input_perturbation`` (see the module table).
         epsilon, delta: the release's (ε, δ) (private mechanisms).
-        columns: numeric columns, or one array/vector column (DataFrames).
         norm_bound: B, rows clipped to ‖x‖₂ ≤ B (DataFrames; required).
         neighbors: ``tensor_entry`` (explicit tensors, the default there) or
             ``add_remove`` (rows, default) / ``replace``.
@@ -171,14 +169,13 @@ def tensor_decomposition(
         A :class:`Release` with arrays ``eigenvalues`` (k,) and
         ``eigenvectors`` (k, d), components in the order found.
     """
+    if k is None:
+        raise ConfigError(f"The 'k' parameter of {OWNER} (the number of components) is required.")
     V.check_option("mechanism", mechanism, TENSOR_MECHANISMS, owner=OWNER)
     V.check_option("calibration", calibration, CALIBRATIONS, owner=OWNER)
     V.check_option("mode", mode, MODES, owner=OWNER)
-    if not isinstance(whiten, bool):
-        raise ConfigError(f"The 'whiten' parameter of {OWNER} must be a bool. Got {whiten!r} instead.")
-    if rows_per_round is not None:
-        rows_per_round = V.check_int("rows_per_round", rows_per_round, owner=OWNER, low=1)
-    entry_scale = V.check_real("entry_scale", entry_scale, owner=OWNER, low=0, low_open=True)
+    whiten, rows_per_round, entry_scale = (P.check(n, v, owner=OWNER) for n, v in (
+        ("whiten", whiten), ("rows_per_round", rows_per_round), ("entry_scale", entry_scale)))
     rng = rng if rng is not None else np.random.default_rng()  # random starting vectors (public), not privacy noise
     explicit = not isinstance(data, DataFrame)
     if explicit and mechanism in ROWS_ONLY:
@@ -197,8 +194,7 @@ def tensor_decomposition(
         _check_nonprivate_opt_in(session, mechanism, private)
     private = mechanism in PRIVATE
     if private:
-        epsilon = V.check_real("epsilon", epsilon, owner=OWNER, low=0, low_open=True)
-        delta = V.check_real("delta", delta, owner=OWNER, low=0, high=1, low_open=True, high_open=True)
+        epsilon, delta = P.check("epsilon", epsilon, owner=OWNER), P.check("delta", delta, owner=OWNER)
     neighbors = neighbors or ("tensor_entry" if explicit else "add_remove")
     V.check_option("neighbors", neighbors, ("tensor_entry",) if explicit else ("add_remove", "replace"), owner=OWNER)
     params = {"k": k, "restarts": restarts, "iterations": iterations, "calibration": calibration, "whiten": whiten}
@@ -243,7 +239,8 @@ def tensor_decomposition(
             privacy = {
                 "sensitivity": "6c*||u||_inf^2 per power step, 6c*||u||_inf^3 per eigenvalue estimate "
                                "(Wang & Anandkumar 2016, proof of Thm 4.1)",
-                "noise": "gaussian, sigma = nu*c*||u||_inf^p", "nu": plan.nu, "entry_scale": entry_scale,
+                "noise": "gaussian, sigma = nu*c*||u||_inf^p", "noise_family": "gaussian",
+                "noise_scale": None, "nu": plan.nu, "entry_scale": entry_scale,
             }
         else:  # input_perturbation
             plan = input_perturbation_plan(epsilon=epsilon, delta=delta, calibration=calibration, entry_scale=entry_scale)
@@ -253,23 +250,23 @@ def tensor_decomposition(
 
             privacy = {
                 "sensitivity": entry_scale, "sensitivity_norm": "l2 of the unique entries divided by their multiplicity",
-                "noise": "gaussian on the unique entries, sigma*w (w = 1, 2, 6)", "noise_sigma": plan.sigma,
+                "noise": "gaussian on the unique entries, sigma*w (w = 1, 2, 6)", "noise_family": "gaussian",
+                "noise_scale": plan.sigma, "noise_sigma": plan.sigma,
                 "entry_scale": entry_scale,
             }
         return _private_release(session, plan, release_id, request, extra, mechanism, lambda: T, noise, privacy,
                                 neighbors, epsilon, delta, config_sha256)
 
     # -- rows --------------------------------------------------------------------
-    from spark_dp.aggregates import NONFINITE_POLICIES, vector_dimension
+    from spark_dp.aggregates import vector_dimension
     from spark_dp.aggregates.moments import third_moment_sums
 
     if columns is None:
         raise ConfigError(f"The 'columns' parameter of {OWNER} is required for rows (a DataFrame).")
-    norm_bound = V.check_real("norm_bound", norm_bound, owner=OWNER, low=0, low_open=True)
-    V.check_option("nonfinite", nonfinite, NONFINITE_POLICIES, owner=OWNER)
-    max_rows_per_unit = V.check_int("max_rows_per_unit", max_rows_per_unit, owner=OWNER, low=1)
-    if privacy_unit is not None:
-        V.check_str("privacy_unit", privacy_unit, owner=OWNER)
+    norm_bound = P.check("norm_bound", norm_bound, owner=OWNER)
+    P.check("nonfinite", nonfinite, owner=OWNER)
+    P.check("privacy_unit", privacy_unit, owner=OWNER)
+    max_rows_per_unit = P.check("max_rows_per_unit", max_rows_per_unit, owner=OWNER)
     columns = list(columns) if not isinstance(columns, str) else columns
     if source_paths is not None and (isinstance(source_paths, str) or not all(isinstance(p, str) for p in source_paths)):
         raise ConfigError(f"The 'source_paths' parameter of {OWNER} must be a list of paths. Got {source_paths!r} instead.")
@@ -335,7 +332,8 @@ def tensor_decomposition(
     privacy = {
         "sensitivity": plan.sensitivity, "sensitivity_norm":
             "Frobenius norm of one pass's batch of L columns: sqrt(L)*B^3 per row (x m rows per unit, x2 replace)",
-        "noise": "gaussian", "noise_sigma": plan.sigma, "norm_bound": norm_bound,
+        "noise": "gaussian", "noise_family": "gaussian", "noise_scale": plan.sigma, "noise_sigma": plan.sigma,
+        "norm_bound": norm_bound,
         "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit,
     }
     return _private_release(session, plan, release_id, request, extra, mechanism, prepare, noise, privacy,
@@ -430,7 +428,8 @@ def _whitened_rows(session, source, *, release_id, request, extra, mechanism, pr
         "sensitivity": {"second_moment": plan.sensitivity,
                         "power_passes": "f*m*sqrt(L)*B_y^3 per unit (f = 1 add/remove, 2 replace; m rows per "
                                         "unit), B_y = ||W||_op * B from the released M2"},
-        "noise": "gaussian", "second_moment_sigma": plan.sigma, "norm_bound": norm_bound,
+        "noise": "gaussian", "noise_family": "gaussian", "noise_scale": None, "second_moment_sigma": plan.sigma,
+        "norm_bound": norm_bound,
         "privacy_unit": source.privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit, "whiten": True,
     }
     return _private_release(session, plan, release_id, request, extra, mechanism, compute, noise, privacy,

@@ -1,0 +1,182 @@
+"""The parameter vocabulary: every shared parameter's constraint, declared once.
+
+The family APIs (``spark_dp/*/api.py``) and the config tasks
+(``spark_dp/cli/task_*.py``) validate with these same objects (after
+scikit-learn's ``_param_validation``), so a parameter accepts the same values
+in both, and the error names it the same way — by its keyword in the API
+(``The 'epsilon' parameter of second_moment …``) and by its key in a config
+(``The 'privacy.epsilon' parameter of the config …``)::
+
+    epsilon = params.check("epsilon", epsilon, owner="second_moment")
+    PARAMS["repetitions"].validator(owner)   # a config task's (key, value) -> value
+
+Nothing here imports pyspark: ``spark_dp.cli.config`` validates a whole job
+config before Spark is even imported.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from spark_dp import _validation as V
+from spark_dp.errors import ConfigError, SchemaError
+
+# -- option lists shared across layers (the aggregates and families re-export them) --
+FORMATS = ("parquet", "csv", "json", "orc")
+TABLE = "table"  # the format of a catalog table dataset
+NONFINITE_POLICIES = ("drop", "zero")
+NEIGHBORS = ("add_remove", "replace")
+ROW_IDS = ("content", "partition")  # jl_ridge's row ids with projection "rows" (spark_dp.aggregates.jl)
+
+
+class Constraint:
+    """A parameter's accepted values; :meth:`check` returns the value (normalised) or raises ConfigError."""
+
+    def check(self, name: str, value: Any, *, owner: str) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def validator(self, owner: str):
+        """``(qualified_key, value) -> value``: the form the config tasks' key tables take."""
+        return lambda key, value: self.check(key, value, owner=owner)
+
+
+@dataclass(frozen=True)
+class Real(Constraint):
+    """A float in an interval (open ends where stated)."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+
+    def check(self, name: str, value: Any, *, owner: str) -> float:
+        return V.check_real(name, value, owner=owner, low=self.low, high=self.high, low_open=self.low_open,
+                            high_open=self.high_open)
+
+
+@dataclass(frozen=True)
+class Int(Constraint):
+    """An int in [low, high]."""
+
+    low: int = 1
+    high: int | None = None
+
+    def check(self, name: str, value: Any, *, owner: str) -> int:
+        return V.check_int(name, value, owner=owner, low=self.low, high=self.high)
+
+
+@dataclass(frozen=True)
+class Options(Constraint):
+    """One of a fixed set of strings."""
+
+    options: tuple[str, ...]
+
+    def check(self, name: str, value: Any, *, owner: str) -> str:
+        return V.check_option(name, value, self.options, owner=owner)
+
+
+@dataclass(frozen=True)
+class Str(Constraint):
+    """A non-empty string (a column name, an id)."""
+
+    def check(self, name: str, value: Any, *, owner: str) -> str:
+        return V.check_str(name, value, owner=owner)
+
+
+@dataclass(frozen=True)
+class Bool(Constraint):
+    """True or False (not 0/1, not 'yes')."""
+
+    def check(self, name: str, value: Any, *, owner: str) -> bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"The {name!r} parameter of {owner} must be true or false. Got {value!r} instead.")
+        return value
+
+
+@dataclass(frozen=True)
+class Optional(Constraint):
+    """None, or a value ``inner`` accepts."""
+
+    inner: Constraint
+
+    def check(self, name: str, value: Any, *, owner: str) -> Any:
+        return None if value is None else self.inner.check(name, value, owner=owner)
+
+
+POSITIVE = Real(0, math.inf, low_open=True)
+
+#: The shared parameters, by their API keyword. Family-specific option lists
+#: (mechanisms, calibrations, …) stay with their family and are checked with
+#: :class:`Options` there.
+PARAMS: dict[str, Constraint] = {
+    # privacy
+    "epsilon": POSITIVE,
+    "delta": Real(0, 1, low_open=True, high_open=True),
+    "norm_bound": POSITIVE,
+    "neighbors": Options(NEIGHBORS),
+    # rows and units
+    "nonfinite": Options(NONFINITE_POLICIES),
+    "privacy_unit": Optional(Str()),
+    "max_rows_per_unit": Int(1),
+    "dimension": Optional(Int(1)),
+    # components, repetitions, iterations
+    "k": Int(1),
+    "repetitions": Int(1),
+    "restarts": Int(1),
+    "iterations": Int(1),
+    "rows_per_round": Optional(Int(1)),
+    # second moment
+    "projection_rows": Optional(Int(1)),
+    "dof": Optional(Int(1)),
+    "public_n": Optional(Int(1)),
+    "prior_dof": Optional(Int(1)),
+    "ridge": Real(0),
+    # sketch
+    "buckets": Int(1),
+    "top": Int(1),
+    "threshold": Optional(Real()),
+    "levels": Optional(Int(1, 62)),
+    "unit_l2_bound": Optional(POSITIVE),
+    # tensor
+    "entry_scale": POSITIVE,
+    "whiten": Bool(),
+}
+
+
+def check(name: str, value: Any, *, owner: str, key: str | None = None) -> Any:
+    """``value`` checked against :data:`PARAMS` ``[name]``; errors name ``key`` (a config key) or ``name``."""
+    return PARAMS[name].check(key or name, value, owner=owner)
+
+
+def validator(name: str, owner: str):
+    """The config form of :data:`PARAMS` ``[name]``: ``(qualified_key, value) -> value``."""
+    return PARAMS[name].validator(owner)
+
+
+# -- where a dataset is (config values; Spark reads it later) ---------------------------
+def check_table_name(name: str, *, key: str = "dataset.table") -> str:
+    """Raises ConfigError unless ``name`` is ``tbl``, ``db.tbl`` or ``catalog.db.tbl`` (backquotes allowed)."""
+    import re
+
+    part = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)"
+    if not isinstance(name, str) or not re.match(rf"^{part}(?:\.{part}){{0,2}}$", name):
+        raise ConfigError(f"The {key!r} parameter must be a table name like db.tbl. Got {name!r} instead.")
+    return name
+
+
+def is_local_path(path: str) -> bool:
+    """Whether ``path`` is on the driver's file system (no scheme, ``file:``, or a Windows drive)."""
+    scheme = urlparse(path).scheme
+    return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
+
+
+def check_path_exists(path: str) -> None:
+    """Raises SchemaError for a local path that does not exist (remote paths are checked by Spark)."""
+    if is_local_path(path):
+        local = urlparse(path).path if path.startswith("file:") else path
+        if not os.path.exists(local):
+            raise SchemaError(f"Input path {path!r} does not exist.")

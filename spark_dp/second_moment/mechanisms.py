@@ -1,0 +1,100 @@
+"""The second-moment family's mechanism registry: one line per mechanism, and the generic planner.
+
+Each mechanism module declares its constraints and planner (a
+:class:`~spark_dp.second_moment._registry.MechanismSpec`); the API and the
+config tasks look mechanisms up here. No pyspark: configs are planned before
+Spark starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spark_dp import _validation as V
+from spark_dp.errors import ConfigError
+from spark_dp.params import ROW_IDS
+from spark_dp.second_moment._registry import (  # noqa: F401 - default_projection_rows is re-exported
+    OPTIONAL_PARAMS,
+    MechanismPlan,
+    MechanismSpec,
+    PlanRequest,
+    default_projection_rows,
+)
+from spark_dp.second_moment.adassp import MECHANISM as ADASSP
+from spark_dp.second_moment.analyze_gauss import MECHANISM as ANALYZE_GAUSS
+from spark_dp.second_moment.inverse_wishart import MECHANISM as INVERSE_WISHART
+from spark_dp.second_moment.jl_ridge import CALIBRATIONS, PROJECTIONS
+from spark_dp.second_moment.jl_ridge import MECHANISM as JL_RIDGE
+from spark_dp.second_moment.wishart import MECHANISM as WISHART
+
+# The registry: one line per mechanism; each module declares its constraints and planner.
+MECHANISMS: dict[str, MechanismSpec] = {spec.name: spec for spec in (
+    ANALYZE_GAUSS, JL_RIDGE, WISHART, INVERSE_WISHART, ADASSP,
+)}
+SECOND_MOMENT_MECHANISMS = tuple(n for n, s in MECHANISMS.items() if "second_moment" in s.tasks)
+REGRESSION_MECHANISMS = tuple(n for n, s in MECHANISMS.items() if "linear_regression" in s.tasks)
+PCA_MECHANISMS = tuple(n for n, s in MECHANISMS.items() if "pca" in s.tasks)
+THEOREM_NEIGHBORS = {n: s.theorem_neighbors for n, s in MECHANISMS.items()}
+
+
+def _accepting(what: str, value: Any) -> str:
+    names = [n for n, s in MECHANISMS.items() if (value in s.calibrations if what == "calibration" else what in s.params)]
+    return "mechanism" + ("s " if len(names) > 1 else " ") + ", ".join(repr(n) for n in names)
+
+
+def plan_mechanism(
+    mechanism: str, *, d: int, epsilon: float, delta: float, norm_bound: float, neighbors: str = "add_remove",
+    max_rows_per_unit: int = 1, postprocess: str = "none", projection_rows: int | None = None, dof: int | None = None,
+    public_n: int | None = None, prior_dof: int | None = None,
+    calibration: str = "exact", row_ids: str = "content", projection: str = "gram", owner: str = "second_moment",
+) -> MechanismPlan:
+    """Validates the mechanism's parameters against its registry entry and plans its events.
+
+    Generic checks, from each mechanism's :class:`MechanismSpec` (a
+    ConfigError naming the parameter): an optional parameter the mechanism
+    does not take (``projection_rows``, ``row_ids`` and ``projection`` are
+    jl_ridge's; ``dof`` wishart's and inverse_wishart's; ``public_n`` and
+    ``prior_dof`` inverse_wishart's), a calibration it has no published
+    constant for (``paper``: analyze_gauss with ε < 1, jl_ridge, wishart), a
+    post-processing it does not release a matrix for (adassp), and
+    ``max_rows_per_unit`` > 1 where its proof is for one row per unit (only
+    analyze_gauss and adassp take m > 1). The mechanism's own planner then
+    checks the rest (r or m < d + 2, Wishart's k and ε, ``public_n`` with
+    add/remove neighbours or with ``dof``; see the mechanism modules).
+
+    ``public_n`` (inverse_wishart): the paper's posterior m = n + m₀ with n
+    public (given by the user, recorded in the manifest) and m₀ =
+    ``prior_dof`` (default d + 2); Sheffet's neighbours (replace one row).
+    """
+    V.check_option("calibration", calibration, CALIBRATIONS, owner=owner)
+    V.check_option("row_ids", row_ids, ROW_IDS, owner=owner)
+    V.check_option("projection", projection, PROJECTIONS, owner=owner)
+    spec = MECHANISMS.get(mechanism)
+    if spec is None:
+        raise ConfigError(f"unknown mechanism {mechanism!r}")
+    given = {"projection_rows": projection_rows, "dof": dof, "public_n": public_n, "prior_dof": prior_dof,
+             "row_ids": row_ids, "projection": projection}
+    for name, value in given.items():
+        if value != OPTIONAL_PARAMS[name] and name not in spec.params:
+            raise ConfigError(f"The {name!r} parameter of {owner} applies to {_accepting(name, value)} only. "
+                              f"Got {value!r} for {mechanism!r}.")
+    if calibration not in spec.calibrations:
+        raise ConfigError(f"The 'calibration' parameter of {owner} may be {calibration!r} only for "
+                          f"{_accepting('calibration', calibration)} (no published constant to reproduce for "
+                          f"{mechanism!r}). Got {calibration!r} for {mechanism!r}.")
+    if postprocess not in spec.postprocess:
+        raise ConfigError(f"The 'postprocess' parameter of {owner} must be one of {list(spec.postprocess)} for "
+                          f"mechanism {mechanism!r}. Got {postprocess!r} instead.")
+    if not spec.units and max_rows_per_unit != 1:
+        raise ConfigError(
+            f"The 'max_rows_per_unit' parameter of {owner} must be 1 for mechanism {mechanism!r} "
+            f"(its privacy proof is for one row per unit). Got {max_rows_per_unit} instead."
+        )
+    base = {"epsilon": epsilon, "delta": delta, "neighbors": neighbors, "norm_bound": norm_bound,
+            "privacy_unit_rows": max_rows_per_unit, "theorem_neighbors": spec.theorem_neighbors}
+    return spec.plan(PlanRequest(
+        d=d, epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
+        max_rows_per_unit=max_rows_per_unit, postprocess=postprocess, calibration=calibration, owner=owner,
+        base_privacy=base, projection_rows=projection_rows, dof=dof, public_n=public_n, prior_dof=prior_dof,
+        row_ids=row_ids, projection=projection,
+    ))

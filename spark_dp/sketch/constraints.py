@@ -1,0 +1,76 @@
+"""The sketch family's parameter constraints, shared by the API and the config task (no pyspark)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from spark_dp import _validation as V
+from spark_dp import params as P
+from spark_dp.errors import ConfigError
+from spark_dp.sketch.count_sketch import MECHANISMS
+
+OWNER = "count_sketch"
+UNIT_CLIPPING = ("l1", "sketch_l2")
+NULL_ITEMS = ("item", "drop")
+WEIGHT_NONFINITE = ("drop", "zero")
+
+
+def check_domain(domain: Any, *, owner: str = OWNER, name: str = "domain") -> list | int:
+    """A histogram domain: an int d (items 0…d−1) or a non-empty list of distinct strings or ints."""
+    if isinstance(domain, int | np.integer) and not isinstance(domain, bool):
+        return V.check_int(name, int(domain), owner=owner, low=1)
+    if isinstance(domain, str) or not isinstance(domain, Sequence) or len(domain) == 0:
+        raise ConfigError(
+            f"The {name!r} parameter of {owner} must be an int or a non-empty list of items. Got {domain!r} instead."
+        )
+    items = list(domain)
+    kinds = {"string" if isinstance(x, str) else "long" if isinstance(x, int) and not isinstance(x, bool) else "bad"
+             for x in items}
+    if "bad" in kinds or len(kinds) != 1:
+        raise ConfigError(f"The {name!r} parameter of {owner} must list items of one type, strings or ints.")
+    if len(set(items)) != len(items):
+        raise ConfigError(f"The {name!r} parameter of {owner} must not repeat items.")
+    return items
+
+
+def check_sketch_request(
+    *,
+    mechanism: str,
+    repetitions: int,
+    buckets: int,
+    max_rows_per_unit: int,
+    unit_clipping: str,
+    unit_l2_bound: float | None,
+    privacy_unit: str | None,
+    domain: Any,
+    owner: str = OWNER,
+) -> tuple[int, int, float | None, list | int | None]:
+    """Validates the public parameters; returns (k, b, C or None, domain)."""
+    V.check_option("mechanism", mechanism, MECHANISMS, owner=owner)
+    k = P.check("repetitions", repetitions, owner=owner)
+    b = V.check_int("buckets", buckets, owner=owner, low=2) if mechanism == "count_mean" else \
+        P.check("buckets", buckets, owner=owner)
+    P.check("max_rows_per_unit", max_rows_per_unit, owner=owner)
+    V.check_option("unit_clipping", unit_clipping, UNIT_CLIPPING, owner=owner)
+    C = None
+    if unit_clipping == "sketch_l2":
+        if mechanism not in ("private_count_sketch", "count_mean"):
+            raise ConfigError(f"The 'unit_clipping' parameter of {owner} can be 'sketch_l2' only for L2 sketches "
+                              f"(private_count_sketch, count_mean). Got mechanism {mechanism!r}.")
+        if privacy_unit is None:
+            raise ConfigError(f"The 'unit_clipping' parameter of {owner} is 'sketch_l2' but no 'privacy_unit' is given.")
+        C = math.sqrt(max_rows_per_unit) if unit_l2_bound is None else P.check(
+            "unit_l2_bound", unit_l2_bound, owner=owner)
+    elif unit_l2_bound is not None:
+        raise ConfigError(f"The 'unit_l2_bound' parameter of {owner} needs unit_clipping='sketch_l2'.")
+    if mechanism == "histogram":
+        if domain is None:
+            raise ConfigError(f"The 'domain' parameter of {owner} is required for the histogram mechanism.")
+        domain = check_domain(domain, owner=owner)
+    elif domain is not None:
+        raise ConfigError(f"The 'domain' parameter of {owner} applies only to the histogram mechanism.")
+    return k, b, C, domain
