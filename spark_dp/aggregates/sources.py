@@ -59,6 +59,7 @@ def read_table(spark: SparkSession, name: str, where: str | None = None) -> Data
 
 
 def is_local_path(path: str) -> bool:
+    """True for a path on this machine's file system: no scheme, ``file:``, or a Windows drive letter."""
     scheme = urlparse(path).scheme
     return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
 

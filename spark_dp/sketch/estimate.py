@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.release import Release, load_release
-from spark_dp.sketch.count_sketch import DEFAULT_ESTIMATOR, ESTIMATORS, SIGNED, combine, simple_estimates, table_total
+from spark_dp.sketch.count_sketch import DEFAULT_ESTIMATOR, SIGNED, combine, simple_estimates, table_total
 from spark_dp.sketch.hashing import MASK, buckets_and_signs, to_signed
 
 _ALLOWED = {
