@@ -11,7 +11,10 @@ STAMP  := $(VENV)/.spark-dp-installed
 demo: $(STAMP)
 	@$(PY) -m spark_dp.cli.demo
 
+# ruff first (a few seconds): lint findings stop the run before any Spark test starts.
 test: $(STAMP)
+	@$(PY) -m ruff check --quiet --output-format concise . || \
+	  { echo "make test: ruff check failed (findings above; '$(PY) -m ruff check --fix .' fixes the [*] ones)" >&2; exit 1; }
 	@$(PY) -m pytest
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh

@@ -22,7 +22,6 @@ import threading
 import time
 
 
-
 def _rss_mb(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/status") as fh:

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 

@@ -111,6 +111,30 @@ def timed(fn, repeat: int) -> tuple[float, float]:
     return statistics.median(times), statistics.median(cpus)
 
 
+def _kernel_in_memory(path: str, seeds, b: int, repeat: int) -> tuple[float, float]:
+    """The Arrow kernel alone on Arrow batches already in memory."""
+    from spark_dp.aggregates.sketch import _kernels
+
+    batches = pq.read_table(path).combine_chunks().to_batches(max_chunksize=10_000)
+    kernel = _kernels._SketchKernel("string", seeds, b, signed=True, weighted=False, preaggregate=True, dense=True)
+    return timed(lambda: list(kernel(iter(batches))), repeat)
+
+
+def _datasketches(path: str, repeat: int) -> tuple[float, float]:
+    """DataSketches frequent items: only the update loop is timed."""
+    from datasketches import frequent_strings_sketch
+
+    items = pq.read_table(path).column("item").to_pylist()
+
+    def ds():
+        sk = frequent_strings_sketch(16)
+        for s in items:
+            sk.update(s)
+        return sk
+
+    return timed(ds, repeat)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=10_000_000)
@@ -193,30 +217,9 @@ def main(argv=None) -> int:
     rows["Spark SQL, explode every row"] = timed(
         lambda: sketch_table(df, "item", seeds=seeds, buckets=b, method="sql", preaggregate=False), args.repeat)
 
-    # The kernel alone, in this process on one core: Arrow batches already in memory.
-    batches = pq.read_table(one_file).combine_chunks().to_batches(max_chunksize=10_000)
-    kernel = _kernels._SketchKernel("string", seeds, b, signed=True, weighted=False, preaggregate=True, dense=True)
-
-    def in_memory():
-        out = list(kernel(iter(batches)))
-        return out
-
-    rows["Arrow kernel alone, items in memory (no Spark)"] = timed(in_memory, args.repeat)
-    del batches
-
-    # DataSketches frequent items, one core: only the update loop is timed.
-    from datasketches import frequent_strings_sketch
-
-    items = pq.read_table(one_file).column("item").to_pylist()
-
-    def ds():
-        sk = frequent_strings_sketch(16)
-        for s in items:
-            sk.update(s)
-        return sk
-
-    rows["DataSketches frequent_strings_sketch (1 core)"] = timed(ds, args.repeat)
-    del items
+    # One core in this process, the data already in memory (freed when each helper returns).
+    rows["Arrow kernel alone, items in memory (no Spark)"] = _kernel_in_memory(one_file, seeds, b, args.repeat)
+    rows["DataSketches frequent_strings_sketch (1 core)"] = _datasketches(one_file, args.repeat)
 
     # Naive Python UDF: blake2b per (item, repetition).
     def naive(seeds=seeds, b=b):

@@ -171,7 +171,7 @@ def run(d: int, *, trials: int, ip_grid, alg3_grid=ALG3_GRID, seed: int = 0):
         noise = noise_apply(E)
         for eps in ip_grid:
             s = ip[eps].sigma
-            dec = alg1_matrix_free(lambda U, s=s: signal(U) + s * noise(U), d, 1, L=L_RESTARTS, R=R_STEPS, rng=gen)
+            dec = alg1_matrix_free(lambda U, s=s, noise=noise: signal(U) + s * noise(U), d, 1, L=L_RESTARTS, R=R_STEPS, rng=gen)
             errs[eps]["input_perturbation"].append(_err(dec, v1))
         del E, noise
         print(f"  # d={d} trial {t + 1}/{trials}: {time.process_time() - t0:.0f} CPU-s, "

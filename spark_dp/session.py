@@ -43,7 +43,6 @@ log = logging.getLogger("spark_dp")
 
 def _as_method(fn: Callable[..., Release]) -> Callable[..., Release]:
     """``fn(session, ...)`` as a DPSession method with ``fn``'s own signature and docstring (help(), IDEs)."""
-
     module, name = fn.__module__, fn.__name__
 
     @functools.wraps(fn)

@@ -4,7 +4,8 @@
   catch: Gaussians of σ/divisor and Laplace of b/divisor (σ/2, b/2 by default)
   from a real sampler (Numpy by default; Secure or Seeded where a test wants it).
 * :class:`Recorder` — wraps a sampler and records each additive draw: its kind,
-  the requested scale and Δ, the exact input values and the noise added.
+  the requested scale and Δ, the exact input values and the noise added; and
+  counts every call (``standard_normal`` and ``key`` too).
 * :class:`FakeChokepoint` — hands out one sampler for any event without
   bookkeeping, for audits that draw many releases cheaply (the real
   Chokepoint's bookkeeping is tested in test_second_moment_mechanisms.py's
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import NamedTuple
 
 import numpy as np
@@ -55,14 +57,16 @@ class Draw(NamedTuple):
 class Recorder(NoiseSampler):
     """Wraps a sampler (Numpy by default) and records every additive draw, in order.
 
-    Only ``gaussian`` and ``laplace`` are recorded; ``standard_normal`` and ``key``
-    go to ``inner`` unrecorded.
+    Only ``gaussian`` and ``laplace`` are recorded as draws; ``standard_normal``
+    and ``key`` go to ``inner`` and are only counted in :attr:`calls` (method
+    name → number of calls, all four methods).
     """
 
     def __init__(self, inner: NoiseSampler | None = None):
         self.inner = inner if inner is not None else NumpySampler()
         self.name, self.private = self.inner.name, self.inner.private
         self.draws: list[Draw] = []
+        self.calls: Counter[str] = Counter()
 
     @property
     def noise(self) -> list[np.ndarray]:
@@ -78,17 +82,21 @@ class Recorder(NoiseSampler):
         return out
 
     def gaussian(self, values, sigma, l2_sensitivity):
+        self.calls["gaussian"] += 1
         return self._record("gaussian", values, self.inner.gaussian(values, sigma, l2_sensitivity), sigma,
                             l2_sensitivity)
 
     def laplace(self, values, scale, l1_sensitivity):
+        self.calls["laplace"] += 1
         return self._record("laplace", values, self.inner.laplace(values, scale, l1_sensitivity), scale,
                             l1_sensitivity)
 
     def standard_normal(self, size):
+        self.calls["standard_normal"] += 1
         return self.inner.standard_normal(size)
 
     def key(self):
+        self.calls["key"] += 1
         return self.inner.key()
 
 

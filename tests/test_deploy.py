@@ -29,8 +29,7 @@ import yaml
 import spark_dp
 from spark_dp.cli.demo import make_demo_data
 from spark_dp.privacy import open_ledger
-
-from _servers import (  # tests/ is on sys.path (pytest rootdir-relative import)
+from tests._servers import (
     REPO,
     SPARK_HOME,
     StandaloneCluster,

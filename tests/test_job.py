@@ -9,11 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 import spark_dp
 from spark_dp.cli.main import main as cli_main
 from spark_dp.privacy import open_ledger
+from tests._jobs import DELETE, charges, override, write_config, written
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,44 +39,12 @@ def _config(tmp_path, **over):
         "ledger": {"uri": f"sqlite:///{tmp_path}/ledger.db", "epsilon_limit": 3.0, "delta_limit": 1e-5},
         "output": {"path": str(tmp_path / "releases")},
     }
-    for key, value in over.items():
-        section, _, leaf = key.partition(".")
-        if leaf:
-            if value is _DELETE:
-                cfg[section].pop(leaf, None)
-            else:
-                cfg[section][leaf] = value
-        elif value is _DELETE:
-            cfg.pop(section)
-        else:
-            cfg[section] = value
-    return cfg
-
-
-_DELETE = object()
-
-
-def _write_config(tmp_path, cfg, name="job.yaml"):
-    p = tmp_path / name
-    p.write_text(yaml.safe_dump(cfg))
-    return str(p)
-
-
-def _charges(tmp_path):
-    db = tmp_path / "ledger.db"
-    if not db.exists():
-        return 0
-    return sum(s.releases for s in open_ledger(str(db)).status())
-
-
-def _written(tmp_path):
-    out = tmp_path / "releases"
-    return sorted(os.listdir(out)) if out.exists() else []
+    return override(cfg, over)
 
 
 def test_job_releases_then_reuses(spark, tmp_path, capsys):
     X = _write_data(tmp_path / "data.parquet", nan_rows=7)
-    path = _write_config(tmp_path, _config(tmp_path))
+    path = write_config(tmp_path, _config(tmp_path))
     assert cli_main(["release", path]) == 0
     first = json.loads(capsys.readouterr().out)
     assert first["reused"] is False and first["dataset_epsilon_spent"] > 0
@@ -100,7 +68,7 @@ def test_job_releases_then_reuses(spark, tmp_path, capsys):
     second = json.loads(capsys.readouterr().out)
     assert second["reused"] is True and second["dataset_epsilon_spent"] == first["dataset_epsilon_spent"]
     assert np.array_equal(spark_dp.load_release(second["path"])["matrix"], rel["matrix"])
-    assert _charges(tmp_path) == 1
+    assert charges(tmp_path) == 1
 
     assert cli_main(["ledger", "--uri", f"sqlite:///{tmp_path}/ledger.db", "--dataset", "t.points"]) == 0
     out = capsys.readouterr().out
@@ -115,7 +83,7 @@ def test_job_releases_then_reuses(spark, tmp_path, capsys):
 def test_empty_input_releases_noise(spark, tmp_path, capsys):
     pq.write_table(pa.table({"x1": pa.array([], pa.float64()), "x2": pa.array([], pa.float64()),
                              "x3": pa.array([], pa.float64())}), tmp_path / "data.parquet")
-    assert cli_main(["release", _write_config(tmp_path, _config(tmp_path))]) == 0
+    assert cli_main(["release", write_config(tmp_path, _config(tmp_path))]) == 0
     rel = spark_dp.load_release(json.loads(capsys.readouterr().out)["path"])
     assert rel["matrix"].shape == (3, 3) and np.any(rel["matrix"] != 0)
 
@@ -123,10 +91,10 @@ def test_empty_input_releases_noise(spark, tmp_path, capsys):
 def test_over_budget_fails_before_spark_and_writes_nothing(tmp_path, capsys):
     _write_data(tmp_path / "data.parquet")
     cfg = _config(tmp_path, **{"privacy.epsilon": 5.0, "ledger.epsilon_limit": 1.0})
-    rc = cli_main(["release", _write_config(tmp_path, cfg)])
+    rc = cli_main(["release", write_config(tmp_path, cfg)])
     err = capsys.readouterr().err
     assert rc == 2 and "budget" in err and err.count("\n") == 1
-    assert _charges(tmp_path) == 0 and _written(tmp_path) == []
+    assert charges(tmp_path) == 0 and written(tmp_path) == []
 
 
 BAD = [
@@ -148,9 +116,9 @@ BAD = [
     ("bad_sampler", {"privacy.sampler": "fast"}, "'privacy.sampler'"),
     ("bad_nonfinite", {"dataset.nonfinite": "keep"}, "'dataset.nonfinite'"),
     ("bad_format", {"dataset.format": "xlsx"}, "'dataset.format'"),
-    ("missing_privacy", {"privacy": _DELETE}, "'privacy'"),
-    ("missing_epsilon", {"privacy.epsilon": _DELETE}, "privacy.epsilon"),
-    ("half_limits", {"ledger.delta_limit": _DELETE}, "epsilon_limit"),
+    ("missing_privacy", {"privacy": DELETE}, "'privacy'"),
+    ("missing_epsilon", {"privacy.epsilon": DELETE}, "privacy.epsilon"),
+    ("half_limits", {"ledger.delta_limit": DELETE}, "epsilon_limit"),
     ("bad_ledger_uri", {"ledger.uri": "mysql://x/y"}, "'ledger.uri'"),
     ("release_id_path", {"release_id": "../evil"}, "'release_id'"),
     ("max_rows_zero", {"dataset.max_rows_per_unit": 0}, "'dataset.max_rows_per_unit'"),
@@ -161,13 +129,13 @@ BAD = [
 @pytest.mark.parametrize("name, override, needle", BAD, ids=[b[0] for b in BAD])
 def test_bad_requests_fail_cleanly(spark, tmp_path, capsys, name, override, needle):
     _write_data(tmp_path / "data.parquet")
-    rc = cli_main(["release", _write_config(tmp_path, _config(tmp_path, **override))])
+    rc = cli_main(["release", write_config(tmp_path, _config(tmp_path, **override))])
     captured = capsys.readouterr()
     assert rc == 2, captured
     assert captured.err.startswith("spark-dp: error: ") and captured.err.count("\n") == 1
     assert needle in captured.err
     assert "Traceback" not in captured.err
-    assert _charges(tmp_path) == 0 and _written(tmp_path) == []
+    assert charges(tmp_path) == 0 and written(tmp_path) == []
 
 
 def test_malformed_yaml_and_missing_config(tmp_path, capsys):
@@ -182,12 +150,12 @@ def test_malformed_yaml_and_missing_config(tmp_path, capsys):
 
 def test_limit_mismatch_is_refused_before_spark(spark, tmp_path, capsys):
     _write_data(tmp_path / "data.parquet")
-    assert cli_main(["release", _write_config(tmp_path, _config(tmp_path))]) == 0
+    assert cli_main(["release", write_config(tmp_path, _config(tmp_path))]) == 0
     capsys.readouterr()
     cfg = _config(tmp_path, release_id="job-002", **{"ledger.epsilon_limit": 100.0})
-    assert cli_main(["release", _write_config(tmp_path, cfg)]) == 2
+    assert cli_main(["release", write_config(tmp_path, cfg)]) == 2
     assert "set-limit" in capsys.readouterr().err
-    assert _charges(tmp_path) == 1
+    assert charges(tmp_path) == 1
 
 
 def _run_job_subprocess(config_path, fault):
@@ -201,24 +169,24 @@ def _run_job_subprocess(config_path, fault):
 @pytest.mark.parametrize("fault", ["after_charge", "during_write"])
 def test_kill_after_charge_keeps_the_charge_and_writes_nothing_visible(spark, tmp_path, capsys, fault):
     _write_data(tmp_path / "data.parquet")
-    path = _write_config(tmp_path, _config(tmp_path))
+    path = write_config(tmp_path, _config(tmp_path))
     proc = _run_job_subprocess(path, fault)
     assert proc.returncode == -9, proc.stderr[-2000:]
     charge = open_ledger(f"{tmp_path}/ledger.db").lookup("job-001")
     assert charge is not None and not charge.written  # the charge stands: no refund
-    assert [d for d in _written(tmp_path) if not d.startswith(".")] == []  # no visible release
+    assert [d for d in written(tmp_path) if not d.startswith(".")] == []  # no visible release
     # a re-run reports that the charge stands and asks for a new id
     assert cli_main(["release", path]) == 2
     err = capsys.readouterr().err
     assert "charge stands" in err and "new release id" in err
-    assert _charges(tmp_path) == 1
+    assert charges(tmp_path) == 1
 
 
 def test_kill_before_charge_costs_nothing(tmp_path):
     _write_data(tmp_path / "data.parquet")
-    proc = _run_job_subprocess(_write_config(tmp_path, _config(tmp_path)), "after_check")
+    proc = _run_job_subprocess(write_config(tmp_path, _config(tmp_path)), "after_check")
     assert proc.returncode == -9
-    assert _charges(tmp_path) == 0 and _written(tmp_path) == []
+    assert charges(tmp_path) == 0 and written(tmp_path) == []
 
 
 def test_kill_after_charge_on_the_postgres_ledger(spark, tmp_path, capsys, postgres_base):
@@ -226,12 +194,12 @@ def test_kill_after_charge_on_the_postgres_ledger(spark, tmp_path, capsys, postg
 
     uri = create_database(postgres_base, "crash_after_charge")
     _write_data(tmp_path / "data.parquet")
-    path = _write_config(tmp_path, _config(tmp_path, **{"ledger.uri": uri}))
+    path = write_config(tmp_path, _config(tmp_path, **{"ledger.uri": uri}))
     proc = _run_job_subprocess(path, "after_charge")
     assert proc.returncode == -9, proc.stderr[-2000:]
     charge = open_ledger(uri).lookup("job-001")
     assert charge is not None and not charge.written
-    assert [d for d in _written(tmp_path) if not d.startswith(".")] == []
+    assert [d for d in written(tmp_path) if not d.startswith(".")] == []
     assert cli_main(["release", path]) == 2
     assert "charge stands" in capsys.readouterr().err
     assert open_ledger(uri).status("t.points")[0].releases == 1
@@ -244,15 +212,15 @@ def test_a_job_for_another_privacy_unit_is_refused_before_spark(spark, tmp_path,
     pq.write_table(table.append_column("user", pa.array([f"u{i % 7}" for i in range(table.num_rows)])),
                     tmp_path / "data.parquet")
     first = _config(tmp_path, **{"dataset.privacy_unit": "user", "dataset.max_rows_per_unit": 3})
-    assert cli_main(["release", _write_config(tmp_path, first)]) == 0
+    assert cli_main(["release", write_config(tmp_path, first)]) == 0
     capsys.readouterr()
-    for i, over in enumerate(({"dataset.privacy_unit": _DELETE, "dataset.max_rows_per_unit": _DELETE},
+    for i, over in enumerate(({"dataset.privacy_unit": DELETE, "dataset.max_rows_per_unit": DELETE},
                               {"privacy.neighbors": "replace"})):
         cfg = _config(tmp_path, release_id=f"job-other-{i}", **{"dataset.privacy_unit": "user", **over})
-        assert cli_main(["release", _write_config(tmp_path, cfg, name=f"other{i}.yaml")]) == 2
+        assert cli_main(["release", write_config(tmp_path, cfg, name=f"other{i}.yaml")]) == 2
         err = capsys.readouterr().err
         assert "declared in the ledger by its first release" in err and err.count("\n") == 1
-        assert _charges(tmp_path) == 1 and _written(tmp_path) == ["job-001"]
+        assert charges(tmp_path) == 1 and written(tmp_path) == ["job-001"]
     same_unit = _config(tmp_path, release_id="job-002", **{"dataset.privacy_unit": "user"})  # m = 1: covered
-    assert cli_main(["release", _write_config(tmp_path, same_unit, name="same.yaml")]) == 0
-    assert _charges(tmp_path) == 2
+    assert cli_main(["release", write_config(tmp_path, same_unit, name="same.yaml")]) == 0
+    assert charges(tmp_path) == 2

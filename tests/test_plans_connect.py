@@ -7,7 +7,6 @@ in a subprocess with SPARK_REMOTE set, where SparkContext cannot start.
 import json
 import sys
 
-
 from tests._servers import run_client, spark_env
 
 CLIENT = r'''

@@ -3,8 +3,17 @@
 import numpy as np
 import pytest
 
-from spark_dp.privacy import (Budget, Chokepoint, EpsilonDeltaEvent, GaussianEvent, LaplaceEvent, SeededSampler,
-                              UnchargedNoiseError, compose_epsilon, open_ledger)
+from spark_dp.privacy import (
+    Budget,
+    Chokepoint,
+    EpsilonDeltaEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    SeededSampler,
+    UnchargedNoiseError,
+    compose_epsilon,
+    open_ledger,
+)
 from tests._audit import chi2_variance_pvalue
 
 

@@ -52,11 +52,10 @@ from scipy import stats
 
 from spark_dp.aggregates.jl import jl_block_partial
 from spark_dp.privacy import Budget, Chokepoint, NoiseSampler, NumpySampler, SecureSampler, open_ledger
-from spark_dp.second_moment.api import plan_mechanism
 from spark_dp.second_moment import (
-    additive_wishart,
     adassp,
     adassp_plan,
+    additive_wishart,
     analyze_gauss,
     analyze_gauss_plan,
     inverse_wishart,
@@ -66,6 +65,7 @@ from spark_dp.second_moment import (
     jl_ridge_plan,
     wishart_plan,
 )
+from spark_dp.second_moment.api import plan_mechanism
 from spark_dp.sketch import plan_sketch, release_table
 from spark_dp.sketch.count_sketch import private_count_sketch
 from spark_dp.sketch.dyadic import plan_dyadic

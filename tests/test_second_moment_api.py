@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spark_dp.aggregates.jl import jl_block_partial, jl_projection, row_id_frame
 from spark_dp.aggregates._vectors import vectorize
+from spark_dp.aggregates.jl import jl_block_partial, jl_projection, row_id_frame
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import NoiseSampler, NumpySampler
 from spark_dp.second_moment import api

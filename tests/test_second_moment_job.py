@@ -12,7 +12,7 @@ import yaml
 
 import spark_dp
 from spark_dp.cli.main import main as cli_main
-from spark_dp.privacy import open_ledger
+from tests._jobs import DELETE, charges, localise, override, write_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(
@@ -31,22 +31,11 @@ def _write_data(path, n=500, seed=8):
 
 
 def _localise(tmp_path, cfg):
-    cfg["dataset"]["path"] = str(tmp_path / "data.parquet")
-    cfg["ledger"]["uri"] = f"sqlite:///{tmp_path}/ledger.db"
-    cfg["output"]["path"] = str(tmp_path / "releases")
-    cfg["privacy"]["sampler"] = "numpy"  # speed; the configs themselves use the secure sampler
-    return cfg
+    return localise(cfg, tmp_path, data=tmp_path / "data.parquet")
 
 
-def _run(tmp_path, cfg, name="job.yaml"):
-    p = tmp_path / name
-    p.write_text(yaml.safe_dump(cfg))
-    return cli_main(["release", str(p)])
-
-
-def _charges(tmp_path):
-    db = tmp_path / "ledger.db"
-    return sum(s.releases for s in open_ledger(str(db)).status()) if db.exists() else 0
+def _run(tmp_path, cfg):
+    return cli_main(["release", write_config(tmp_path, cfg)])
 
 
 def test_there_is_a_config_per_mechanism_and_task():
@@ -79,14 +68,14 @@ def test_config_runs_with_the_job(spark, tmp_path, capsys, config):
     if "public_n" in params:  # the public n and the posterior dof m = n + m0 are recorded
         assert rel.manifest["privacy"]["public_n"] == params["public_n"]
         assert rel.manifest["privacy"]["dof"] == params["public_n"] + params["prior_dof"]
-    assert _charges(tmp_path) == 1
+    assert charges(tmp_path) == 1
 
 
 BAD = [
-    ("no label", "linear_regression_wishart.yaml", {"dataset.label": None}, "dataset.label"),
+    ("no label", "linear_regression_wishart.yaml", {"dataset.label": DELETE}, "dataset.label"),
     ("label missing in data", "linear_regression_wishart.yaml", {"dataset.label": "zzz"}, "zzz"),
     ("label non-numeric", "linear_regression_wishart.yaml", {"dataset.label": "name"}, "name"),
-    ("pca without k", "pca_wishart.yaml", {"params.k": None}, "params.k"),
+    ("pca without k", "pca_wishart.yaml", {"params.k": DELETE}, "params.k"),
     ("pca k > d", "pca_wishart.yaml", {"params.k": 4}, "params.k"),
     ("k for second_moment", "second_moment_wishart.yaml", {"params.k": 2}, "params.k"),
     ("wishart dof too small", "second_moment_wishart.yaml", {"params.dof": 50}, "dof"),
@@ -105,15 +94,7 @@ def test_bad_configs_fail_cleanly(spark, tmp_path, capsys, name, conf, over, nee
     _write_data(tmp_path / "data.parquet")
     with open(os.path.join(ROOT, "conf", conf)) as fh:
         cfg = _localise(tmp_path, yaml.safe_load(fh))
-    for key, value in over.items():
-        section, _, leaf = key.partition(".")
-        if not leaf:
-            cfg[section] = value
-        elif value is None:
-            cfg[section].pop(leaf, None)
-        else:
-            cfg[section][leaf] = value
-    assert _run(tmp_path, cfg) == 2
+    assert _run(tmp_path, override(cfg, over)) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
-    assert _charges(tmp_path) == 0 and not (tmp_path / "releases").exists()
+    assert charges(tmp_path) == 0 and not (tmp_path / "releases").exists()

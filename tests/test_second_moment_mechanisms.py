@@ -19,9 +19,9 @@ from scipy import stats
 from spark_dp.aggregates.jl import jl_block_partial, row_normals
 from spark_dp.privacy import Budget, Chokepoint, NumpySampler, SeededSampler, UnchargedNoiseError, open_ledger
 from spark_dp.second_moment import (
-    additive_wishart,
     adassp,
     adassp_plan,
+    additive_wishart,
     inverse_wishart,
     inverse_wishart_plan,
     jl_ridge,

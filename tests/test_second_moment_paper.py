@@ -22,8 +22,14 @@ from spark_dp.errors import ConfigError
 from spark_dp.privacy import Budget, Chokepoint, GaussianEvent, NumpySampler, SeededSampler, open_ledger
 from spark_dp.privacy.accountant import compose_epsilon
 from spark_dp.privacy.calibration import gaussian_noise_multiplier
-from spark_dp.second_moment import analyze_gauss, analyze_gauss_plan, inverse_wishart_plan, wishart_min_dof, wishart_plan
-from spark_dp.second_moment import api
+from spark_dp.second_moment import (
+    analyze_gauss,
+    analyze_gauss_plan,
+    api,
+    inverse_wishart_plan,
+    wishart_min_dof,
+    wishart_plan,
+)
 from spark_dp.session import DPSession
 from tests._audit import chi2_variance_pvalue, empirical_epsilon
 from tests._samplers import UnderNoised

@@ -334,8 +334,8 @@ def test_white_box_hashed_release(spark, tmp_path):
     """Released stack − exact stack (same seeds, same domain hash) is N(0, σ²) with σ = z·√(L·k)·m."""
     import dp_accounting
 
-    from tests._samplers import UnderNoised
     from spark_dp.privacy import NumpySampler
+    from tests._samplers import UnderNoised
 
     L, k, b, m = 8, 3, 32, 2
     sigma = dp_accounting.get_sigma_gaussian(1.0, 1e-6) * math.sqrt(L * k) * m  # independent of the code

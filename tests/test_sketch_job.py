@@ -7,15 +7,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 import spark_dp
 from benchmarks.sketch_data import make_sketch_data
 from spark_dp.cli.main import main as cli_main
 from spark_dp.errors import ConfigError, SchemaError
-from spark_dp.privacy import SeededSampler, open_ledger
+from spark_dp.privacy import SeededSampler
 from spark_dp.sketch import estimate, estimate_df, heavy_hitters, merge_sketches, precision_recall
 from spark_dp.sketch.api import count_sketch
+from tests._jobs import charges, load_conf, localise, override, write_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFS = ["private_count_sketch", "count_min", "count_mean", "histogram"]
@@ -30,25 +30,14 @@ def data(tmp_path_factory):
 
 
 def _conf(tmp_path, data, name, **over):
-    with open(os.path.join(ROOT, "conf", f"count_sketch_{name}.yaml")) as fh:
-        cfg = yaml.safe_load(fh)
-    cfg["dataset"]["path"] = data[0]
+    cfg = load_conf(f"count_sketch_{name}.yaml")
     hh = cfg["params"].get("heavy_hitters") or {}
     if hh.get("candidates"):
         hh["candidates"] = data[1]
-    cfg["ledger"]["uri"] = f"sqlite:///{tmp_path}/ledger.db"
-    cfg["output"]["path"] = str(tmp_path / "releases")
-    if name != "private_count_sketch":
-        cfg["privacy"]["sampler"] = "numpy"  # keep the suite fast; the PCS config keeps the secure sampler
-    for key, value in over.items():
-        section, _, leaf = key.partition(".")
-        if leaf:
-            cfg[section][leaf] = value
-        else:
-            cfg[section] = value
-    p = tmp_path / f"{name}.yaml"
-    p.write_text(yaml.safe_dump(cfg))
-    return str(p), cfg
+    # keep the suite fast; the PCS config keeps the secure sampler
+    localise(cfg, tmp_path, data=data[0], sampler=None if name == "private_count_sketch" else "numpy")
+    override(cfg, over)
+    return write_config(tmp_path, cfg, f"{name}.yaml"), cfg
 
 
 @pytest.mark.parametrize("name", CONFS)
@@ -155,11 +144,6 @@ def test_api_estimates_distributed_join_and_merge(spark, tmp_path, data):
         estimate_df(r1, ["q1"], "c")
 
 
-def _charges(tmp_path):
-    db = tmp_path / "ledger.db"
-    return sum(s.releases for s in open_ledger(str(db)).status()) if db.exists() else 0
-
-
 @pytest.mark.parametrize("name, over, match", [
     ("private_count_sketch", {"params": {"repetitions": 0, "buckets": 8}}, "params.repetitions"),
     ("private_count_sketch", {"params": {"repetitions": 3, "buckets": 0}}, "params.buckets"),
@@ -190,7 +174,7 @@ def test_bad_requests_charge_nothing(spark, tmp_path, data, capsys, name, over, 
     assert cli_main(["release", path]) == 2
     err = capsys.readouterr().err
     assert "spark-dp: error:" in err and match in err, err
-    assert _charges(tmp_path) == 0 and not os.path.exists(tmp_path / "releases")
+    assert charges(tmp_path) == 0 and not os.path.exists(tmp_path / "releases")
 
 
 def test_api_bad_requests(spark, tmp_path, data):

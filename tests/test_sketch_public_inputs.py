@@ -17,14 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 import spark_dp
 from spark_dp.cli.main import main as cli_main
 from spark_dp.errors import ConfigError
-from spark_dp.privacy import open_ledger
 from spark_dp.sketch import heavy_hitters, merge_sketches
 from spark_dp.sketch.api import count_sketch
+from tests._jobs import charges, write_config
 
 KW = dict(epsilon=1.0, delta=1e-6, repetitions=3, buckets=16)
 
@@ -118,14 +117,7 @@ def _config(tmp_path, data, candidates, **dataset):
     }
     if "table" in dataset:
         del cfg["dataset"]["path"], cfg["dataset"]["format"]
-    p = tmp_path / "c.yaml"
-    p.write_text(yaml.safe_dump(cfg))
-    return str(p)
-
-
-def _charges(tmp_path):
-    db = tmp_path / "ledger.db"
-    return sum(s.releases for s in open_ledger(str(db)).status()) if db.exists() else 0
+    return write_config(tmp_path, cfg, "c.yaml")
 
 
 @pytest.mark.parametrize("which", ["dir", "part", "file_uri", "alias", "table"])
@@ -139,7 +131,7 @@ def test_job_refuses_candidates_from_its_own_input(spark, tmp_path, data, capsys
     err = capsys.readouterr().err
     assert err.startswith("spark-dp: error:") and "params.heavy_hitters.candidates" in err and "public" in err, err
     assert len(err.strip().splitlines()) == 1
-    assert _charges(tmp_path) == 0 and not os.path.exists(tmp_path / "releases")
+    assert charges(tmp_path) == 0 and not os.path.exists(tmp_path / "releases")
 
 
 def test_job_source_and_heavy_hitters_command(spark, tmp_path, data, capsys):
@@ -158,7 +150,7 @@ def test_job_source_and_heavy_hitters_command(spark, tmp_path, data, capsys):
     assert cli_main(["heavy-hitters", rel.path, "--candidates", data["public"], "--top", "3",
                      "--threshold=-1e9"]) == 0
     assert capsys.readouterr().out.strip().splitlines() == txt and len(txt) == 4
-    assert sorted(os.listdir(tmp_path / "releases")) == before and _charges(tmp_path) == 1
+    assert sorted(os.listdir(tmp_path / "releases")) == before and charges(tmp_path) == 1
 
 
 def test_heavy_hitters_command_refuses_the_source_table(spark, tmp_path, data, capsys):

@@ -12,7 +12,7 @@ import spark_dp
 from benchmarks.tensor_data import write_all
 from spark_dp.cli.example_data import explicit_tensor, mixture_rows
 from spark_dp.cli.main import main as cli_main
-from spark_dp.privacy import open_ledger
+from tests._jobs import DELETE, charges, load_conf, localise, override, write_config, written
 from tests._tensor_data import match
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,35 +26,10 @@ def data_dir(tmp_path_factory):
     return out
 
 
-def _cfg(path, data_dir, tmp_path, **over):
-    with open(path) as fh:
-        cfg = yaml.safe_load(fh)
-    cfg["dataset"]["path"] = str(data_dir / os.path.basename(cfg["dataset"]["path"]))
-    cfg["ledger"]["uri"] = f"sqlite:///{tmp_path}/ledger.db"
-    cfg["output"]["path"] = str(tmp_path / "releases")
-    cfg["privacy"]["sampler"] = "numpy"  # speed; the secure sampler is tested in the privacy suite
-    for key, value in over.items():
-        section, _, leaf = key.partition(".")
-        if leaf:
-            if value is None:
-                cfg[section].pop(leaf, None)
-            else:
-                cfg[section][leaf] = value
-        else:
-            cfg[section] = value
-    p = tmp_path / "job.yaml"
-    p.write_text(yaml.safe_dump(cfg))
-    return str(p)
-
-
-def _charges(tmp_path):
-    db = tmp_path / "ledger.db"
-    return sum(s.releases for s in open_ledger(str(db)).status()) if db.exists() else 0
-
-
-def _written(tmp_path):
-    out = tmp_path / "releases"
-    return sorted(os.listdir(out)) if out.exists() else []
+def _cfg(name, data_dir, tmp_path, **over):
+    cfg = load_conf(name)
+    localise(cfg, tmp_path, data=data_dir / os.path.basename(cfg["dataset"]["path"]))
+    return write_config(tmp_path, override(cfg, over))
 
 
 @pytest.mark.parametrize("conf", CONFS, ids=[os.path.basename(c) for c in CONFS])
@@ -73,7 +48,7 @@ def test_every_tensor_config_runs(spark, data_dir, tmp_path, capsys, conf):
     assert m["task"] == "tensor_decomposition" and m["mechanism"] == cfg["mechanism"]
     private = cfg["mechanism"] in ("private_power_method", "input_perturbation")
     assert m["privacy"]["private"] is private
-    assert _charges(tmp_path) == (1 if private else 0)
+    assert charges(tmp_path) == (1 if private else 0)
     if private:
         assert m["privacy"]["neighbors"] == cfg["privacy"]["neighbors"]
         assert m["privacy"]["epsilon_exact_accounting"] <= cfg["privacy"]["epsilon"]
@@ -86,7 +61,7 @@ def test_every_tensor_config_runs(spark, data_dir, tmp_path, capsys, conf):
     # a re-run returns the stored release, no new charge
     assert cli_main(["release", path]) == 0
     again = json.loads(capsys.readouterr().out)
-    assert again["reused"] is True and _charges(tmp_path) == (1 if private else 0)
+    assert again["reused"] is True and charges(tmp_path) == (1 if private else 0)
 
 
 def _tensor(tmp_path, arr):
@@ -116,7 +91,7 @@ BAD = [
     ("tensor_entry_on_rows", ROWS, {"privacy.neighbors": "tensor_entry"}, "'privacy.neighbors'"),
     ("online_on_tensor", TENSOR, {"mechanism": "online_power_method"}, "needs rows"),
     ("input_perturbation_on_rows", ROWS, {"mechanism": "input_perturbation"}, "explicit tensor"),
-    ("rows_without_norm_bound", ROWS, {"privacy.norm_bound": None}, "norm_bound"),
+    ("rows_without_norm_bound", ROWS, {"privacy.norm_bound": DELETE}, "norm_bound"),
     ("fresh_with_units", ROWS, {"dataset.max_rows_per_unit": 2, "dataset.privacy_unit": "x1"}, "'mode'"),
     ("over_budget", ROWS, {"privacy.epsilon": 30.0}, "budget"),
     ("unknown_param", TENSOR, {"params": {"k": 1, "restart": 3}}, "params.restart"),
@@ -125,8 +100,8 @@ BAD = [
     ("entry_scale_on_rows", ROWS, {"privacy.entry_scale": 2.0}, "'privacy.entry_scale'"),
     # non-private mechanisms on rows need the explicit opt-in, and never on a budgeted dataset (issue #12)
     ("online_rows_without_opt_in", ROWS, {"mechanism": "online_power_method"}, "privacy.mode: none"),
-    ("mode_none_with_private_mechanism", ROWS, {"privacy.mode": "none", "privacy.epsilon": None, "privacy.delta": None,
-                                                "ledger.epsilon_limit": None, "ledger.delta_limit": None},
+    ("mode_none_with_private_mechanism", ROWS, {"privacy.mode": "none", "privacy.epsilon": DELETE, "privacy.delta": DELETE,
+                                                "ledger.epsilon_limit": DELETE, "ledger.delta_limit": DELETE},
      "'privacy.mode'"),
     ("mode_none_with_budget", ONLINE, {"ledger.epsilon_limit": 10.0, "ledger.delta_limit": 1e-5},
      "'ledger.epsilon_limit'"),
@@ -139,12 +114,12 @@ BAD = [
 
 @pytest.mark.parametrize("name, conf, over, needle", BAD, ids=[b[0] for b in BAD])
 def test_bad_requests_fail_cleanly(data_dir, tmp_path, capsys, name, conf, over, needle):
-    rc = cli_main(["release", _cfg(os.path.join(ROOT, "conf", conf), data_dir, tmp_path, **over)])
+    rc = cli_main(["release", _cfg(conf, data_dir, tmp_path, **over)])
     captured = capsys.readouterr()
     assert rc == 2, captured
     assert captured.err.startswith("spark-dp: error: ") and captured.err.count("\n") == 1
     assert needle in captured.err, captured.err
-    assert _charges(tmp_path) == 0 and _written(tmp_path) == []
+    assert charges(tmp_path) == 0 and written(tmp_path) == []
 
 
 @pytest.mark.parametrize("arr, needle", [
@@ -153,8 +128,8 @@ def test_bad_requests_fail_cleanly(data_dir, tmp_path, capsys, name, conf, over,
     (np.arange(27.0).reshape(3, 3, 3), "symmetric"),
 ], ids=["not_3way", "not_cubic", "asymmetric"])
 def test_bad_tensor_files(data_dir, tmp_path, capsys, arr, needle):
-    path = _cfg(os.path.join(ROOT, "conf", TENSOR), data_dir, tmp_path, **{"dataset.path": _tensor(tmp_path, arr)})
+    path = _cfg(TENSOR, data_dir, tmp_path, **{"dataset.path": _tensor(tmp_path, arr)})
     assert cli_main(["release", path]) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
-    assert _charges(tmp_path) == 0 and _written(tmp_path) == []
+    assert charges(tmp_path) == 0 and written(tmp_path) == []

@@ -117,6 +117,8 @@ def _dataset_source(ds: dict, spec) -> tuple[str, str, dict]:
 
 @dataclass(frozen=True)
 class PrivacyConfig:
+    """The ``privacy`` section: ε, δ, the norm bound, neighbours, sampler, mode (``dp`` or ``none``)."""
+
     epsilon: float | None  # None only with mode "none"
     delta: float | None
     norm_bound: float | None
@@ -128,6 +130,8 @@ class PrivacyConfig:
 
 @dataclass(frozen=True)
 class LedgerConfig:
+    """The ``ledger`` section: its URI and the dataset's total budget (set on first use)."""
+
     uri: str
     epsilon_limit: float | None = None
     delta_limit: float | None = None
@@ -148,6 +152,8 @@ class OutputConfig:
 
 @dataclass(frozen=True)
 class JobConfig:
+    """A validated job config; ``sha256`` is the digest of the config as written (release idempotency)."""
+
     release_id: str | None
     dataset: DatasetConfig
     task: str

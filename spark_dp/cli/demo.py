@@ -27,6 +27,7 @@ def make_demo_data(path: str = DEMO_DATA) -> None:
 
 
 def main() -> int:
+    """``make demo``: writes the demo data and runs its release end to end on an embedded local Spark."""
     make_demo_data()
     rc = cli_main(["-v", "release", DEMO_CONFIG])
     if rc != 0:

@@ -38,6 +38,7 @@ def demo_points(n: int = 100_000, seed: int = 20261130) -> np.ndarray:
 
 
 def regression_table(n: int = 20_000, seed: int = 8) -> pa.Table:
+    """Synthetic regression rows (x1..x3, y = X·beta + small noise) for the example configs."""
     gen = np.random.default_rng(seed)  # synthetic example data, not privacy noise
     X = gen.normal(size=(n, 3)) * 0.3
     y = X @ REGRESSION_BETA + 0.05 * gen.normal(size=n)

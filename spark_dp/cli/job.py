@@ -11,8 +11,8 @@ import warnings
 from contextlib import contextmanager
 
 from spark_dp.cli.config import LARGE_EPSILON, JobConfig
-from spark_dp.release import Release, write_release_table
 from spark_dp.privacy.ledger import UnitDeclaration
+from spark_dp.release import Release, write_release_table
 from spark_dp.release.pipeline import unit_of
 from spark_dp.session import DPSession
 
@@ -31,6 +31,7 @@ def config_unit(config: JobConfig) -> UnitDeclaration:
 
 
 def session_for(config: JobConfig) -> DPSession:
+    """The DPSession a job config describes (dataset, ledger, budget, output, sampler)."""
     return DPSession(
         config.dataset.id,
         ledger=config.ledger.uri,
@@ -78,6 +79,7 @@ def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
 
 
 def get_spark(app_name: str):
+    """The job's SparkSession (classic, or Spark Connect with SPARK_REMOTE); see :mod:`spark_dp.runtime`."""
     from spark_dp.runtime import get_spark as _get
 
     return _get(app_name)

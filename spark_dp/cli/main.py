@@ -55,9 +55,10 @@ def _cmd_release(args: argparse.Namespace) -> int:
 
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
+    import os
+
     from spark_dp.privacy import Budget, open_ledger
     from spark_dp.privacy.ledger import sqlite_path_from_uri
-    import os
 
     if not args.uri.startswith(("postgresql://", "postgres://")):  # a PostgreSQL ledger is created on first use
         path = sqlite_path_from_uri(args.uri)
@@ -261,6 +262,7 @@ def _add_report_command(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``spark-dp`` command line: one subcommand per action."""
     parser = argparse.ArgumentParser(prog="spark-dp", description="Differentially private releases on Apache Spark.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -280,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs ``spark-dp``; returns the exit code (2 for a request error, with one line naming it)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)

@@ -15,11 +15,11 @@ import numpy as np
 
 from spark_dp import _validation as V
 from spark_dp import params as P
-from spark_dp.params import FORMATS
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError, SchemaError
-from spark_dp.tensor.mechanisms import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TENSOR_NEIGHBORS
+from spark_dp.params import FORMATS
 from spark_dp.tensor.input_perturbation import input_perturbation_plan
+from spark_dp.tensor.mechanisms import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TENSOR_NEIGHBORS
 from spark_dp.tensor.private import CALIBRATIONS, MODES, rows_plan, tensor_entry_plan
 from spark_dp.tensor.whiten import whitened_rows_plan
 

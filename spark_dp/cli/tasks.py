@@ -70,6 +70,7 @@ _REGISTRY: dict[str, TaskSpec] = {}
 
 
 def register(spec: TaskSpec) -> TaskSpec:
+    """Adds ``spec`` to the registry (each task module calls it once, at import)."""
     _REGISTRY[spec.name] = spec
     return spec
 

@@ -136,8 +136,10 @@ def event_from_dict(data: dict[str, Any]) -> Event:
 
 
 def events_to_json(events: list[Event]) -> str:
+    """A JSON list of :func:`event_to_dict` dicts (keys sorted, so equal events give equal text)."""
     return json.dumps([event_to_dict(e) for e in events], sort_keys=True)
 
 
 def events_from_json(text: str) -> list[Event]:
+    """Inverse of :func:`events_to_json`."""
     return [event_from_dict(d) for d in json.loads(text)]

@@ -41,10 +41,10 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
-from typing import Any
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlparse
 
 from spark_dp.errors import BudgetExceededError, ConfigError, LedgerError, ReleaseConflictError
@@ -179,6 +179,10 @@ class Charge:
 
 @dataclass(frozen=True, slots=True)
 class DatasetStatus:
+    """A dataset's row in the ledger: its budget limit, the ε spent (its charged events composed at the limit's δ),
+    the number of charged releases and the declared privacy unit.
+    """
+
     dataset_id: str
     limit: Budget
     spent_epsilon: float

@@ -56,7 +56,8 @@ class NoiseSampler:
     def standard_normal(self, size: int) -> np.ndarray:
         """``size`` i.i.d. N(0, 1) draws, for mechanisms built from Gaussians
         (Wishart via Bartlett or Σ g gᵀ). The secure sampler draws a discrete
-        Gaussian on the 2^k grid: a distribution within 2^k of N(0, 1)."""
+        Gaussian on the 2^k grid: a distribution within 2^k of N(0, 1).
+        """
         return self.gaussian(np.zeros(size), 1.0, 1.0)
 
     def key(self) -> int:

@@ -97,6 +97,7 @@ def array_to_table(array: np.ndarray) -> pa.Table:
 
 
 def table_to_array(table: pa.Table) -> np.ndarray:
+    """The inverse of :func:`array_to_table`: long format (index columns, ``value``) back to an array."""
     names = [n for n in table.column_names if n != "value"]
     if not names:
         return np.asarray(table.column("value").to_numpy(), dtype=np.float64).reshape(())

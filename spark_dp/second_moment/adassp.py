@@ -51,8 +51,8 @@ from spark_dp.privacy import (
     gaussian_noise_multiplier,
     second_moment_l2_sensitivity,
 )
-from spark_dp.second_moment.regression import solve_normal_equations
 from spark_dp.second_moment._registry import MechanismPlan, MechanismSpec, PlanRequest
+from spark_dp.second_moment.regression import solve_normal_equations
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,9 @@ import math
 import numpy as np
 
 from spark_dp.errors import ConfigError
+from spark_dp.privacy import Chokepoint, GaussianEvent, gaussian_noise_multiplier, second_moment_l2_sensitivity
 from spark_dp.second_moment._postprocess import POSTPROCESS  # noqa: F401 - re-exported (the API validates with it)
 from spark_dp.second_moment._postprocess import postprocess_matrix as _postprocess_matrix
-from spark_dp.privacy import Chokepoint, GaussianEvent, gaussian_noise_multiplier, second_moment_l2_sensitivity
 from spark_dp.second_moment._registry import MechanismPlan, MechanismSpec, PlanRequest
 
 CALIBRATIONS = ("exact", "paper")
@@ -101,7 +101,8 @@ def analyze_gauss(
 
 def postprocess_matrix(matrix: np.ndarray, how: str, *, sigma: float) -> np.ndarray:
     """Analyze Gauss's post-processing (no privacy cost): ``shift`` adds c·I with c = 2σ√d; ``psd``
-    projects the release as drawn (:mod:`spark_dp.second_moment._postprocess`)."""
+    projects the release as drawn (:mod:`spark_dp.second_moment._postprocess`).
+    """
     return _postprocess_matrix(matrix, how, shift=2.0 * sigma * math.sqrt(matrix.shape[0]), psd_after_shift=False)
 
 

@@ -38,12 +38,11 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
-from spark_dp.privacy import Chi2ProfileEvent, Chokepoint, EpsilonDeltaEvent
-from spark_dp.privacy.chi2_profile import add_remove_target, calibrate_a_max
-from spark_dp.second_moment._postprocess import postprocess_matrix
 from spark_dp import _validation as V
 from spark_dp.errors import ConfigError
-from spark_dp.second_moment._postprocess import POSTPROCESS
+from spark_dp.privacy import Chi2ProfileEvent, Chokepoint, EpsilonDeltaEvent
+from spark_dp.privacy.chi2_profile import add_remove_target, calibrate_a_max
+from spark_dp.second_moment._postprocess import POSTPROCESS, postprocess_matrix
 from spark_dp.second_moment._registry import (
     MechanismPlan,
     MechanismSpec,
@@ -104,7 +103,8 @@ def inverse_wishart(
 # -- the registry entry (spark_dp.second_moment.api.MECHANISMS) --------------------------------
 def plan_release(req: PlanRequest) -> MechanismPlan:
     """Inverse-Wishart's plan: public dof m (default max(400, 2d)), or Sheffet's m = public_n + prior_dof
-    under replace-one neighbours; w from the exact χ² profile."""
+    under replace-one neighbours; w from the exact χ² profile.
+    """
     d, owner = req.d, req.owner
     public_n, prior_dof, dof = req.public_n, req.prior_dof, req.dof
     if prior_dof is not None and public_n is None:

@@ -48,11 +48,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from spark_dp.errors import ConfigError
 from spark_dp.privacy import Chi2ProfileEvent, Chokepoint, EpsilonDeltaEvent
 from spark_dp.privacy.chi2_profile import add_remove_target, calibrate_a_max
-from spark_dp.second_moment._postprocess import postprocess_matrix
-from spark_dp.errors import ConfigError
-from spark_dp.second_moment._postprocess import POSTPROCESS
+from spark_dp.second_moment._postprocess import POSTPROCESS, postprocess_matrix
 from spark_dp.second_moment._registry import (
     MechanismPlan,
     MechanismSpec,

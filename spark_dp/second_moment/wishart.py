@@ -38,8 +38,7 @@ import numpy as np
 
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Chokepoint, EpsilonDeltaEvent
-from spark_dp.second_moment._postprocess import postprocess_matrix
-from spark_dp.second_moment._postprocess import POSTPROCESS
+from spark_dp.second_moment._postprocess import POSTPROCESS, postprocess_matrix
 from spark_dp.second_moment._registry import MechanismPlan, MechanismSpec, PlanRequest
 
 

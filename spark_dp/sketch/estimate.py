@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import posixpath
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
