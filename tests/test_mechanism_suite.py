@@ -50,7 +50,7 @@ SECOND_MOMENT_CALL = {
     "pca": dict(columns=COLUMNS, k=2),
 }
 SECOND_MOMENT_PRIVACY = dict(epsilon=EPS, delta=DELTA, norm_bound=1.0)
-SKETCH_CALL = dict(column="item", epsilon=EPS, delta=DELTA, repetitions=3, buckets=32)
+SKETCH_CALL = dict(columns="item", epsilon=EPS, delta=DELTA, repetitions=3, buckets=32)
 SKETCH_MECHANISM_CALL = {"histogram": dict(domain=[f"i{j}" for j in range(20)])}
 TENSOR_CALL = dict(k=1, epsilon=EPS, delta=DELTA, restarts=2, iterations=3)
 TENSOR_ROWS_CALL = dict(columns=COLUMNS, norm_bound=1.0, mode="reuse")
@@ -73,10 +73,10 @@ SECOND_MOMENT_OPTIONAL_GIVEN = {"projection_rows": 500, "dof": 500, "public_n": 
                                 "row_ids": "partition", "projection": "rows"}
 
 SKETCH_BAD = {
-    "epsilon": 0.0, "delta": 1.0, "repetitions": 0, "buckets": 0, "max_items_per_unit": 0,
+    "epsilon": 0.0, "delta": 1.0, "repetitions": 0, "buckets": 0, "max_rows_per_unit": 0, "neighbors": "swap",
     "unit_clipping": "l3", "unit_l2_bound": 2.0, "nulls": "keep", "nonfinite": "keep", "top": 0,
     "threshold": "high", "hash_items": "yes", "mechanism": "count_max", "weight": 3, "privacy_unit": 3,
-    "column": 3, "source": {"file": "x"}, "source_paths": 7, "release_id": "../evil",
+    "columns": 3, "source": {"file": "x"}, "source_paths": 7, "release_id": "../evil",
 }
 SKETCH_MECHANISM_BAD = {
     "private_count_sketch": {"levels": 0, "seeds": [1, 2], "domain": 20},
