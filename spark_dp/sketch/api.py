@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -228,6 +229,56 @@ def count_sketch(
         ConfigError, SchemaError: bad parameters or columns, before anything
             is charged or written.
     """
+    # validate → plan → the one release pipeline (every parameter, as given, goes to _validate)
+    return run_release(session, _release_plan(_validate(**locals())))
+
+
+@dataclass(frozen=True)
+class _SketchRequest:
+    """A validated count_sketch request: everything its release plan is built from."""
+
+    mechanism: Any
+    column: Any
+    kind: Any
+    k: Any
+    b: Any
+    C: Any
+    domain: Any
+    weight: Any
+    nulls: Any
+    nonfinite: Any
+    privacy_unit: Any
+    max_items_per_unit: Any
+    unit_clipping: Any
+    neighbors: Any
+    levels: Any
+    hashed: Any
+    hash_seed: Any
+    seeds: Any
+    level_seeds: Any
+    candidates: Any
+    candidate_column: Any
+    top: Any
+    threshold: Any
+    threshold_given: Any
+    plan: Any
+    source_paths: Any
+    df: Any
+    source_info: Any
+    request: Any
+    params: Any
+    release_id: Any
+    config_sha256: Any
+
+
+def _validate(
+    session: DPSession, df: Any, columns: Any, *, epsilon: Any, delta: Any, neighbors: Any, mechanism: Any,
+    repetitions: Any, buckets: Any, weight: Any, privacy_unit: Any, max_rows_per_unit: Any, unit_clipping: Any,
+    unit_l2_bound: Any, nulls: Any, nonfinite: Any, domain: Any, top: Any, threshold: Any, seeds: Any,
+    candidates: Any, candidate_column: Any, levels: Any, hash_items: Any, release_id: Any, config_sha256: Any,
+    source_paths: Any, source: Any,
+) -> _SketchRequest:
+    """Checks every parameter and the schema (no Spark job), draws fresh hash seeds, plans the privacy events."""
     owner = OWNER
     column = _item_column(columns, owner=owner)
     max_items_per_unit = max_rows_per_unit  # one row = one item
@@ -266,7 +317,7 @@ def count_sketch(
     for name, col in (("weight", weight), ("privacy_unit", privacy_unit)):
         if col is not None:
             V.check_str(name, col, owner=owner)
-    from spark_dp.aggregates.sketch import histogram_table, item_kind, prepare_items, sketch_table
+    from spark_dp.aggregates.sketch import item_kind, prepare_items
 
     if candidates is not None:
         if isinstance(candidates, DataFrame):
@@ -354,7 +405,45 @@ def count_sketch(
         **({"neighbors": neighbors} if neighbors != "add_remove" else {}),
     }
 
+    return _SketchRequest(mechanism=mechanism, column=column, kind=kind, k=k, b=b, C=C, domain=domain, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit, unit_clipping=unit_clipping, neighbors=neighbors, levels=levels, hashed=hashed, hash_seed=hash_seed, seeds=seeds, level_seeds=level_seeds, candidates=candidates, candidate_column=candidate_column, top=top, threshold=threshold, threshold_given=threshold_given, plan=plan, source_paths=source_paths, df=df, source_info=source_info, request=request, params=params, release_id=release_id, config_sha256=config_sha256)
+
+
+def _release_plan(r: _SketchRequest) -> ReleasePlan:
+    """The release plan of a validated request: the exact table (compute), its noise and heavy hitters, the manifest."""
+    mechanism = r.mechanism
+    column = r.column
+    kind = r.kind
+    k = r.k
+    b = r.b
+    C = r.C
+    domain = r.domain
+    weight = r.weight
+    nulls = r.nulls
+    nonfinite = r.nonfinite
+    privacy_unit = r.privacy_unit
+    max_items_per_unit = r.max_items_per_unit
+    unit_clipping = r.unit_clipping
+    neighbors = r.neighbors
+    levels = r.levels
+    hashed = r.hashed
+    hash_seed = r.hash_seed
+    seeds = r.seeds
+    level_seeds = r.level_seeds
+    candidates = r.candidates
+    candidate_column = r.candidate_column
+    top = r.top
+    threshold = r.threshold
+    threshold_given = r.threshold_given
+    plan = r.plan
+    source_paths = r.source_paths
+    df = r.df
+    source_info = r.source_info
+    request = r.request
+    params = r.params
+
     def compute() -> np.ndarray:
+        from spark_dp.aggregates.sketch import histogram_table, sketch_table
+
         common = dict(weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
                       max_items_per_unit=max_items_per_unit)
         if mechanism == "histogram":
@@ -451,10 +540,10 @@ def count_sketch(
         "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
         "domain": "items outside the public domain are not counted" if mechanism == "histogram" else None,
     }
-    return run_release(session, ReleasePlan(
-        task="count_sketch", mechanism=mechanism, release_id=release_id, request=request, events=tuple(plan.events),
-        budget=plan.budget, compute=compute, noise=noise, privacy=privacy,
+    return ReleasePlan(
+        task="count_sketch", mechanism=mechanism, release_id=r.release_id, request=request,
+        events=tuple(plan.events), budget=plan.budget, compute=compute, noise=noise, privacy=privacy,
         manifest={"columns": [column], "params": params, "policies": policies, "sketch": sketch_info,
                   "heavy_hitters": hh_info, "source": source_info},
-        config_sha256=config_sha256,
-    ))
+        config_sha256=r.config_sha256,
+    )
