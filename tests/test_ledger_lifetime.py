@@ -368,5 +368,8 @@ def test_a_daily_plan_is_refused_on_exactly_the_day_plan_status_predicted(spark,
     assert cli_main(["plan", "status", str(path)]) == 0
     text = capsys.readouterr().out
     assert "lifetime of dataset" in text and d.isoformat() in text
+    # The ledger audits the plan's output root: every release charged, every charge written (the refused day: neither).
+    assert cli_main(["audit", "--ledger", uri, str(tmp_path / "releases")]) == 0
+    assert "audit OK" in capsys.readouterr().out
     assert {r.ledger_dataset for r in plan_status(plan)} == {f"shop.users@{(start + timedelta(days=i)).isoformat()}"
                                                              for i in range(lt.releases)}

@@ -8,8 +8,10 @@
     spark-dp plan run PLAN --date YYYY-MM-DD [--entry NAME ...]   run what a release plan has due that day
     spark-dp plan status PLAN [--date YYYY-MM-DD] [--json]        spent/left per budget period, lifetime caps
     spark-dp report RELEASE_DIR [--out FILE]                      Markdown/HTML report with plots
+    spark-dp audit --ledger URI OUTPUT_ROOT [--json]              releases vs ledger charges (exit 1 on problems)
 
-Bad requests print one line ``spark-dp: error: …`` and exit 2 (no traceback).
+Bad requests print one line ``spark-dp: error: …`` and exit 2 (no traceback); ``audit`` exits 1
+when it finds a problem.
 """
 
 from __future__ import annotations
@@ -295,6 +297,33 @@ def _add_report_command(sub) -> None:
     p.set_defaults(func=_report)
 
 
+def _add_audit_command(sub) -> None:
+    """``audit``: every release directory against the ledger's charges, and every charge against the releases."""
+
+    def _audit(args: argparse.Namespace) -> int:
+        import os
+
+        from spark_dp.audit import audit_releases, format_report
+        from spark_dp.privacy import open_ledger
+        from spark_dp.privacy.ledger import sqlite_path_from_uri
+
+        if not args.ledger.startswith(("postgresql://", "postgres://")) and \
+                not os.path.isfile(sqlite_path_from_uri(args.ledger)):
+            raise SparkDPError(f"Ledger {args.ledger!r} does not exist.")  # never create one by auditing
+        report = audit_releases(open_ledger(args.ledger), args.output_root)
+        print(json.dumps(report.to_dict(), indent=2) if args.json else format_report(report))
+        for f in report.problems:
+            print(f"spark-dp: audit: {f.kind}: release {f.release_id or '-'}: {f.message}", file=sys.stderr)
+        return 0 if report.ok else 1
+
+    p = sub.add_parser("audit", help="check every release directory against the ledger's charges and every charge "
+                                     "against the releases (exit 1 on orphans, mismatches, missing or unwritten)")
+    p.add_argument("--ledger", required=True, help="ledger URI, e.g. sqlite:///releases/ledger.db")
+    p.add_argument("output_root", help="the output root the releases were written under (output.path)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=_audit)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spark-dp", description="Differentially private releases on Apache Spark.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO")
@@ -315,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sketch_commands(sub)
     _add_plan_commands(sub)
     _add_report_command(sub)
+    _add_audit_command(sub)
     return parser
 
 
