@@ -2,7 +2,7 @@
 
     spark-dp release CONFIG                 run a release job (also: spark-submit jobs/release.py CONFIG)
     spark-dp ledger --uri URI [--dataset ID] [--set-limit EPS DELTA] [--set-lifetime-limit EPS DELTA]
-                    [--record-crash RELEASE_ID REASON]
+                    [--record-crash RELEASE_ID REASON] [--charges] [--export PATH.parquet] [--json]
     spark-dp estimate RELEASE_DIR --items FILE            item,estimate CSV from a count_sketch release
     spark-dp heavy-hitters RELEASE_DIR [--candidates PATH] [--top N] [--threshold T]
     spark-dp plan run PLAN --date YYYY-MM-DD [--entry NAME ...]   run what a release plan has due that day
@@ -88,6 +88,27 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
         ledger.set_lifetime_limit(args.dataset, Budget(eps, delta))
     if args.record_crash:
         ledger.record_crash(args.record_crash[0], args.record_crash[1])
+    if args.export:
+        from spark_dp.ledger_table import export_charges
+
+        n = export_charges(ledger, args.export)
+        print(json.dumps({"export": args.export, "charges": n}))
+        return 0
+    if args.charges:
+        from spark_dp.ledger_table import charge_rows
+
+        rows = [r for r in charge_rows(ledger) if not args.dataset or args.dataset in (r["dataset"], r["ledger_dataset"])]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        print(f"{'seq':>6} {'release id':<36} {'ledger dataset':<32} {'mechanism':<22} {'epsilon':>9} {'delta':>9} "
+              f"{'lifetime eps':>12}  status")
+        for r in rows:
+            status = "written" if r["written"] else ("crashed" if r["crash"] else "not written")
+            life = "-" if r["lifetime_epsilon"] is None else f"{r['lifetime_epsilon']:.4f}"
+            print(f"{r['seq']:>6} {r['release_id']:<36} {r['ledger_dataset']:<32} {r['mechanism'] or '-':<22} "
+                  f"{r['epsilon']:>9.4g} {r['delta']:>9.3g} {life:>12}  {status}")
+        return 0
     rows = ledger.status(args.dataset)
     if args.dataset and not rows:
         raise SparkDPError(f"Dataset {args.dataset!r} has no entry in ledger {args.uri!r}.")
@@ -339,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="set the lifetime cap over the dataset and all its periods DATASET@PERIOD (recorded)")
     p.add_argument("--record-crash", nargs=2, metavar=("RELEASE_ID", "REASON"),
                    help="record that a charged release failed before being written (the charge stands)")
+    p.add_argument("--charges", action="store_true", help="list the charges (one per release) instead of datasets")
+    p.add_argument("--export", metavar="PATH", help="write every charge to a Parquet file (pyarrow; atomic)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_ledger)
     _add_sketch_commands(sub)
