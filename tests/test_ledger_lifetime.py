@@ -124,6 +124,23 @@ def test_lifetime_caps_change_only_explicitly(any_ledger_uri):
     assert [tuple(r) for r in changes] == [("shop", 10.0, "lifetime"), ("shop", 20.0, "lifetime")]
 
 
+def test_the_ledger_command_sets_and_shows_lifetime_caps(any_ledger_uri, capsys):
+    uri = any_ledger_uri
+    assert cli_main(["ledger", "--uri", uri, "--set-lifetime-limit", "8", "1e-6"]) == 2
+    assert "--set-lifetime-limit needs --dataset" in capsys.readouterr().err
+    assert cli_main(["ledger", "--uri", uri, "--dataset", "shop@2026-01-01", "--set-lifetime-limit", "8", "0"]) == 2
+    assert "--set-lifetime-limit delta" in capsys.readouterr().err
+    assert cli_main(["ledger", "--uri", uri, "--set-lifetime-limit", "8", "1e-6", "--dataset", "shop@2026-01-01",
+                     "--set-limit", "1.2", "1e-6"]) == 0
+    text = capsys.readouterr().out
+    assert "lifetime of dataset" in text and "shop " in text and "shop@2026-01-01" in text
+    assert open_ledger(uri).lifetime_limit("shop") == Budget(8.0, 1e-6)
+    _charge(open_ledger(uri), "r1", "shop@2026-01-01")
+    assert cli_main(["ledger", "--uri", uri, "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["lifetime_dataset"] == "shop" and row["lifetime_epsilon_spent"] == pytest.approx(1.0)
+
+
 def _racer(uri: str, worker: int, attempts: int, cap: Budget, queue) -> None:
     ledger = open_ledger(uri)
     ok = 0
