@@ -189,3 +189,36 @@ def test_releases_written_elsewhere_are_noted_and_a_bad_root_is_an_error(pristin
     assert "does not exist" in capsys.readouterr().err
     assert cli_main(["audit", "--ledger", f"sqlite:///{tmp_path}/none.db", str(root)]) == 2
     assert not (tmp_path / "none.db").exists()  # auditing never creates a ledger
+
+
+def _written(ledger, root, rid, dataset, z):
+    """A charge and a release directory whose manifest is what the pipeline writes for it (no Spark)."""
+    ev = GaussianEvent(z)
+    charge = ledger.charge(release_id=rid, dataset_id=dataset, request_sha256=f"sha-{rid}", events=[ev],
+                           budget=Budget(1.0, 1e-6), limit=Budget(50.0, 1e-5))
+    path = root / rid
+    path.mkdir(parents=True)
+    np.save(path / "x.npy", np.zeros(1))  # a payload file named in the manifest
+    (path / "manifest.json").write_text(json.dumps({
+        "release_id": rid, "dataset_id": dataset, "request_sha256": f"sha-{rid}", "payload": {"x": {"file": "x.npy"}},
+        "privacy": {"epsilon": 1.0, "delta": 1e-6, "events": [{"type": "gaussian", "noise_multiplier": z}],
+                    "ledger_entry": charge.seq, "sensitivity": 2.0, "noise_sigma": 2.0 * z}}))
+    ledger.mark_written(rid, str(path))
+
+
+def test_the_audit_reads_either_ledger_backend(any_ledger_uri, tmp_path, capsys):
+    ledger = open_ledger(any_ledger_uri)
+    root = tmp_path / "out"
+    for i, day in enumerate(("2026-01-01", "2026-01-02")):
+        _written(ledger, root, f"r{i}", f"shop@{day}", 4.0 + i)
+    ledger.charge(release_id="lost", dataset_id="shop@2026-01-03", request_sha256="x", events=[GaussianEvent(4.0)],
+                  budget=Budget(1.0, 1e-6), limit=Budget(50.0, 1e-5))
+    report = audit_releases(ledger, str(root))
+    assert not report.ok and [(f.kind, f.release_id) for f in report.problems] == [("unwritten", "lost")]
+    ledger.record_crash("lost", "killed")
+    report = audit_releases(ledger, str(root))
+    assert report.ok and report.releases == 2 and report.charges == 3
+    _edit(root, "r1", lambda m: m["privacy"].update(noise_sigma=m["privacy"]["noise_sigma"] * 1.01))
+    assert cli_main(["audit", "--ledger", any_ledger_uri, str(root)]) == 1
+    out, err = capsys.readouterr()
+    assert "MISMATCH" in out and "r1" in out and "audit FAILED" in out and "mismatch: release r1" in err
