@@ -264,7 +264,6 @@ def audit_releases(ledger: Ledger, root: str) -> AuditReport:
                 add(Finding("unreadable", None, path, f"manifest.json cannot be read: {exc}"))
                 continue
             rid = manifest.get("release_id")
-            privacy = manifest.get("privacy") or {}
             if rid in charges:
                 add(Finding("mismatch", rid, path, "a non-private release (under nonprivate/) has a ledger charge"))
             elif not _declares_public(manifest):
