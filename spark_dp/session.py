@@ -66,6 +66,12 @@ class DPSession:
         epsilon_limit, delta_limit: the dataset's total budget; required the
             first time a dataset is seen, and must match afterwards.
         output: directory under which releases are written.
+        lifetime_limit: ``(epsilon, delta)`` (or a Budget): a lifetime cap over
+            every period of the dataset. A dataset id ``sales@2026-11-30`` is a
+            period of ``sales``; the cap is registered for ``sales`` when the
+            session opens (a different cap already registered is refused) and
+            every charge on any period checks the exact composition of all
+            periods' events against it.
         sampler: ``secure`` (default), ``numpy`` (faster, floating-point
             attackable), or a :class:`~spark_dp.privacy.NoiseSampler` (a
             seeded one marks releases not private; tests only).
@@ -80,6 +86,7 @@ class DPSession:
         delta_limit: float | None = None,
         output: str = "releases",
         sampler: str | NoiseSampler = "secure",
+        lifetime_limit: Budget | tuple[float, float] | None = None,
     ) -> None:
         owner = "DPSession"
         self.dataset_id = V.check_str("dataset_id", dataset_id, owner=owner)
@@ -97,6 +104,16 @@ class DPSession:
             V.check_option("sampler", sampler, SAMPLERS, owner=owner)
         self.sampler = make_sampler(sampler)
         self.ledger = open_ledger(self.ledger_uri)
+        self.lifetime_limit = None
+        if lifetime_limit is not None:
+            lt = (lifetime_limit.epsilon, lifetime_limit.delta) if isinstance(lifetime_limit, Budget) else lifetime_limit
+            if not isinstance(lt, (tuple, list)) or len(lt) != 2:
+                raise ConfigError(f"The 'lifetime_limit' parameter of DPSession must be (epsilon, delta). "
+                                  f"Got {lifetime_limit!r} instead.")
+            self.lifetime_limit = self.ledger.ensure_lifetime_limit(self.dataset_id, Budget(
+                V.check_real("lifetime_limit epsilon", lt[0], owner=owner, low=0, low_open=True),
+                V.check_real("lifetime_limit delta", lt[1], owner=owner, low=0, high=1, low_open=True, high_open=True),
+            ))
 
     # -- budget ------------------------------------------------------------
     def budget(self) -> DatasetStatus | None:

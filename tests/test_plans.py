@@ -226,6 +226,8 @@ def test_daily_plan_is_idempotent_and_refuses_when_the_period_is_spent(spark, tm
     # The ledger command reads either backend (a PostgreSQL URI has no file to check).
     assert cli_main(["ledger", "--uri", any_ledger_uri, "--dataset", "shop.events@2026-11-24", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["releases"] == 1
+    # The ledger audits the plan's output root: the refused entry left neither a charge nor a release.
+    assert cli_main(["audit", "--ledger", any_ledger_uri, str(tmp_path / "releases")]) == 0
 
 
 def test_lifetime_budget_does_not_renew(spark, tmp_path, events_table, capsys):
@@ -278,6 +280,11 @@ def test_weekly_merge_sums_the_dailies_at_no_new_cost(spark, tmp_path, events_ta
     # Re-running Sunday returns the stored weekly sketch.
     again = {r.entry: r for r in run_plan(plan, WEEK[6])}
     assert again["queries_weekly"].status == "stored" and again["queries_weekly"].path == weekly.path
+    # The audit accepts the weekly sum as a merge of charged releases (it charged nothing itself).
+    capsys.readouterr()
+    assert cli_main(["audit", "--ledger", any_ledger_uri, str(tmp_path / "releases"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["releases_matched"] == 7 and report["counts"] == {"derived": 1}
 
 
 def test_shipped_plans_are_valid():

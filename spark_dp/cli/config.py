@@ -30,7 +30,7 @@ PRIVACY_KEYS = ("epsilon", "delta", "norm_bound", "neighbors", "sampler", "mode"
 # privacy.mode: "dp" (default) or "none" — the explicit opt-in for a non-private
 # mechanism on the dataset's rows (tensor online_power_method); see tensor.api.
 PRIVACY_MODES = ("dp", "none")
-LEDGER_KEYS = ("uri", "epsilon_limit", "delta_limit")
+LEDGER_KEYS = ("uri", "epsilon_limit", "delta_limit", "lifetime_epsilon_limit", "lifetime_delta_limit")
 OUTPUT_KEYS = ("path", "format", "table")
 TABLE_FORMATS = ("parquet", "delta")
 LARGE_EPSILON = 5.0
@@ -130,11 +130,15 @@ class PrivacyConfig:
 
 @dataclass(frozen=True)
 class LedgerConfig:
-    """The ``ledger`` section: its URI and the dataset's total budget (set on first use)."""
+    """The ``ledger`` section: its URI, the dataset's total budget (set on first use), and ``lifetime_*``: a cap
+    over every period of the dataset (``<id>@<period>``).
+    """
 
     uri: str
     epsilon_limit: float | None = None
     delta_limit: float | None = None
+    lifetime_epsilon_limit: float | None = None
+    lifetime_delta_limit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -250,16 +254,24 @@ class JobConfig:
         lg = _section(raw, "ledger", LEDGER_KEYS, ("uri",))
         if (lg.get("epsilon_limit") is None) != (lg.get("delta_limit") is None):
             raise ConfigError("Give both 'ledger.epsilon_limit' and 'ledger.delta_limit', or neither.")
+        if (lg.get("lifetime_epsilon_limit") is None) != (lg.get("lifetime_delta_limit") is None):
+            raise ConfigError("Give both 'ledger.lifetime_epsilon_limit' and 'ledger.lifetime_delta_limit', or neither.")
         ledger = LedgerConfig(
             uri=V.check_str("ledger.uri", lg["uri"], owner=OWNER),
             epsilon_limit=None if lg.get("epsilon_limit") is None else V.check_real(
                 "ledger.epsilon_limit", lg["epsilon_limit"], owner=OWNER, low=0, low_open=True),
             delta_limit=None if lg.get("delta_limit") is None else V.check_real(
                 "ledger.delta_limit", lg["delta_limit"], owner=OWNER, low=0, high=1, low_open=True, high_open=True),
+            lifetime_epsilon_limit=None if lg.get("lifetime_epsilon_limit") is None else V.check_real(
+                "ledger.lifetime_epsilon_limit", lg["lifetime_epsilon_limit"], owner=OWNER, low=0, low_open=True),
+            lifetime_delta_limit=None if lg.get("lifetime_delta_limit") is None else V.check_real(
+                "ledger.lifetime_delta_limit", lg["lifetime_delta_limit"], owner=OWNER, low=0, high=1, low_open=True,
+                high_open=True),
         )
-        if privacy.mode == "none" and ledger.epsilon_limit is not None:
-            raise ConfigError("The 'ledger.epsilon_limit' parameter must not be given with 'privacy.mode: none': a "
-                              "dataset with a privacy budget never gets non-private releases.")
+        for key in ("epsilon_limit", "lifetime_epsilon_limit"):
+            if privacy.mode == "none" and getattr(ledger, key) is not None:
+                raise ConfigError(f"The 'ledger.{key}' parameter must not be given with 'privacy.mode: none': a "
+                                  "dataset with a privacy budget never gets non-private releases.")
         if "://" in ledger.uri and ledger.uri.split("://")[0] not in ("sqlite", "postgresql", "postgres"):
             raise ConfigError(
                 f"The 'ledger.uri' parameter must be a sqlite:/// or postgresql:// URI, or a file path. Got {ledger.uri!r} instead."

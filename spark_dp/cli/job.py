@@ -39,6 +39,8 @@ def session_for(config: JobConfig) -> DPSession:
         delta_limit=config.ledger.delta_limit,
         output=config.output.path,
         sampler=config.privacy.sampler,
+        lifetime_limit=None if config.ledger.lifetime_epsilon_limit is None else (
+            config.ledger.lifetime_epsilon_limit, config.ledger.lifetime_delta_limit),
     )
 
 

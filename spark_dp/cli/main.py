@@ -1,14 +1,17 @@
 """``spark-dp`` command line.
 
     spark-dp release CONFIG                 run a release job (also: spark-submit jobs/release.py CONFIG)
-    spark-dp ledger --uri URI [--dataset ID] [--set-limit EPS DELTA]
+    spark-dp ledger --uri URI [--dataset ID] [--set-limit EPS DELTA] [--set-lifetime-limit EPS DELTA]
+                    [--record-crash RELEASE_ID REASON] [--charges] [--export PATH.parquet] [--json]
     spark-dp estimate RELEASE_DIR --items FILE            item,estimate CSV from a count_sketch release
     spark-dp heavy-hitters RELEASE_DIR [--candidates PATH] [--top N] [--threshold T]
     spark-dp plan run PLAN --date YYYY-MM-DD [--entry NAME ...]   run what a release plan has due that day
-    spark-dp plan status PLAN [--date YYYY-MM-DD] [--json]        spent/left per budget period
+    spark-dp plan status PLAN [--date YYYY-MM-DD] [--json]        spent/left per budget period, lifetime caps
     spark-dp report RELEASE_DIR [--out FILE]                      Markdown/HTML report with plots
+    spark-dp audit --ledger URI OUTPUT_ROOT [--json]              releases vs ledger charges (exit 1 on problems)
 
-Bad requests print one line ``spark-dp: error: …`` and exit 2 (no traceback).
+Bad requests print one line ``spark-dp: error: …`` and exit 2 (no traceback); ``audit`` exits 1
+when it finds a problem.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
 
     if not args.uri.startswith(("postgresql://", "postgres://")):  # a PostgreSQL ledger is created on first use
         path = sqlite_path_from_uri(args.uri)
-        if not os.path.isfile(path) and not args.set_limit:
+        if not os.path.isfile(path) and not (args.set_limit or args.set_lifetime_limit):
             raise SparkDPError(f"Ledger {args.uri!r} does not exist.")
     ledger = open_ledger(args.uri)
     if args.set_limit:
@@ -74,6 +77,39 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
         delta = V.check_real("--set-limit delta", float(args.set_limit[1]), owner="spark-dp ledger", low=0, high=1,
                              low_open=True, high_open=True)
         ledger.set_limit(args.dataset, Budget(eps, delta))
+    if args.set_lifetime_limit:
+        if not args.dataset:
+            raise SparkDPError("--set-lifetime-limit needs --dataset.")
+        from spark_dp import _validation as V
+
+        eps = V.check_real("--set-lifetime-limit epsilon", float(args.set_lifetime_limit[0]), owner="spark-dp ledger",
+                           low=0, low_open=True)
+        delta = V.check_real("--set-lifetime-limit delta", float(args.set_lifetime_limit[1]), owner="spark-dp ledger",
+                             low=0, high=1, low_open=True, high_open=True)
+        ledger.set_lifetime_limit(args.dataset, Budget(eps, delta))
+    if args.record_crash:
+        ledger.record_crash(args.record_crash[0], args.record_crash[1])
+    if args.export:
+        from spark_dp.ledger_table import export_charges
+
+        n = export_charges(ledger, args.export)
+        print(json.dumps({"export": args.export, "charges": n}))
+        return 0
+    if args.charges:
+        from spark_dp.ledger_table import charge_rows
+
+        rows = [r for r in charge_rows(ledger) if not args.dataset or args.dataset in (r["dataset"], r["ledger_dataset"])]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        print(f"{'seq':>6} {'release id':<36} {'ledger dataset':<32} {'mechanism':<22} {'epsilon':>9} {'delta':>9} "
+              f"{'lifetime eps':>12}  status")
+        for r in rows:
+            status = "written" if r["written"] else ("crashed" if r["crash"] else "not written")
+            life = "-" if r["lifetime_epsilon"] is None else f"{r['lifetime_epsilon']:.4f}"
+            print(f"{r['seq']:>6} {r['release_id']:<36} {r['ledger_dataset']:<32} {r['mechanism'] or '-':<22} "
+                  f"{r['epsilon']:>9.4g} {r['delta']:>9.3g} {life:>12}  {status}")
+        return 0
     rows = ledger.status(args.dataset)
     if args.dataset and not rows:
         raise SparkDPError(f"Dataset {args.dataset!r} has no entry in ledger {args.uri!r}.")
@@ -87,6 +123,15 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
         unit, m, rel = (s.unit.unit, str(s.unit.max_per_unit), s.unit.neighbors) if s.unit else ("-", "-", "-")
         print(f"{s.dataset_id:<32} {s.releases:>8} {s.spent_epsilon:>10.4f} {s.limit.epsilon:>10.4g} "
               f"{s.remaining_epsilon:>10.4f} {s.limit.delta:>10.3g}  {unit:<16} {m:>4}  {rel}")
+    lifetimes = ([lt] if (lt := ledger.lifetime_status(args.dataset)) else []) if args.dataset else \
+        ledger.lifetime_statuses()
+    if lifetimes:
+        # A lifetime cap covers the dataset and all its periods <dataset>@<period> (exact composition).
+        print(f"\n{'lifetime of dataset':<32} {'periods':>8} {'releases':>8} {'eps spent':>10} {'eps limit':>10} "
+              f"{'eps left':>10} {'delta':>10}")
+        for lt in lifetimes:
+            print(f"{lt.dataset_id:<32} {lt.periods:>8} {lt.releases:>8} {lt.spent_epsilon:>10.4f} "
+                  f"{lt.limit.epsilon:>10.4g} {lt.remaining_epsilon:>10.4f} {lt.limit.delta:>10.3g}")
     return 0
 
 
@@ -216,19 +261,32 @@ def _add_plan_commands(sub) -> None:
         return 3 if any(r.status == "refused" for r in bad) else (1 if bad else 0)
 
     def _status(args: argparse.Namespace) -> int:
-        from spark_dp.plans import load_plan, plan_status
+        from spark_dp.plans import load_plan, plan_lifetimes, plan_status
         from spark_dp.plans.plan import parse_date
 
         plan = load_plan(args.plan)
         rows = plan_status(plan, on=parse_date(args.date) if args.date else None)
+        lifetimes = plan_lifetimes(plan)
         if args.json:
-            print(json.dumps([r.to_dict() for r in rows], indent=2))
+            print(json.dumps({"periods": [r.to_dict() for r in rows], "lifetime": [r.to_dict() for r in lifetimes]},
+                             indent=2))
             return 0
         print(f"{'ledger dataset':<36} {'renew':<10} {'entries':<24} {'releases':>8} {'eps spent':>10} "
               f"{'eps limit':>10} {'eps left':>10} {'delta':>9}")
         for r in rows:
             print(f"{r.ledger_dataset:<36} {r.renew:<10} {','.join(r.entries):<24} {r.releases:>8} "
                   f"{r.epsilon_spent:>10.4f} {r.epsilon_limit:>10.4g} {r.epsilon_left:>10.4f} {r.delta_limit:>9.3g}")
+        if lifetimes:
+            # periods left: computed by the accountant (exact composition of the charged events and k more
+            # periods at the latest period's spend), the same check the ledger makes at each charge.
+            print(f"\n{'lifetime of dataset':<28} {'periods':>7} {'eps spent':>10} {'eps limit':>10} {'delta':>9} "
+                  f"{'eps/period':>10} {'periods left':>12}  first refused")
+            for r in lifetimes:
+                per = "-" if r.per_period_epsilon is None else f"{r.per_period_epsilon:.4f}"
+                left = "-" if r.periods_left is None else (f">={r.periods_left}" if r.periods_left_at_least
+                                                           else str(r.periods_left))
+                print(f"{r.dataset:<28} {r.periods_charged:>7} {r.epsilon_spent:>10.4f} {r.epsilon_limit:>10.4g} "
+                      f"{r.delta_limit:>9.3g} {per:>10} {left:>12}  {r.first_refused_period or '-'}")
         return 0
 
     p = sub.add_parser("plan", help="release plans: recurring releases with per-period budgets")
@@ -238,7 +296,7 @@ def _add_plan_commands(sub) -> None:
     q.add_argument("--date", required=True, help="the data date, YYYY-MM-DD")
     q.add_argument("--entry", action="append", help="only this entry (repeatable)")
     q.set_defaults(func=_run)
-    q = psub.add_parser("status", help="spent and left per budget period")
+    q = psub.add_parser("status", help="spent and left per budget period; lifetime caps: spent and periods left")
     q.add_argument("plan", help="the plan's YAML file")
     q.add_argument("--date", help="also show the period containing this date (YYYY-MM-DD)")
     q.add_argument("--json", action="store_true", help="print JSON")
@@ -261,6 +319,33 @@ def _add_report_command(sub) -> None:
     p.set_defaults(func=_report)
 
 
+def _add_audit_command(sub) -> None:
+    """``audit``: every release directory against the ledger's charges, and every charge against the releases."""
+
+    def _audit(args: argparse.Namespace) -> int:
+        import os
+
+        from spark_dp.audit import audit_releases, format_report
+        from spark_dp.privacy import open_ledger
+        from spark_dp.privacy.ledger import sqlite_path_from_uri
+
+        if not args.ledger.startswith(("postgresql://", "postgres://")) and \
+                not os.path.isfile(sqlite_path_from_uri(args.ledger)):
+            raise SparkDPError(f"Ledger {args.ledger!r} does not exist.")  # never create one by auditing
+        report = audit_releases(open_ledger(args.ledger), args.output_root)
+        print(json.dumps(report.to_dict(), indent=2) if args.json else format_report(report))
+        for f in report.problems:
+            print(f"spark-dp: audit: {f.kind}: release {f.release_id or '-'}: {f.message}", file=sys.stderr)
+        return 0 if report.ok else 1
+
+    p = sub.add_parser("audit", help="check every release directory against the ledger's charges and every charge "
+                                     "against the releases (exit 1 on orphans, mismatches, missing or unwritten)")
+    p.add_argument("--ledger", required=True, help="ledger URI, e.g. sqlite:///releases/ledger.db")
+    p.add_argument("output_root", help="the output root the releases were written under (output.path)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=_audit)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``spark-dp`` command line: one subcommand per action."""
     parser = argparse.ArgumentParser(prog="spark-dp", description="Differentially private releases on Apache Spark.")
@@ -273,11 +358,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--uri", required=True, help="ledger URI, e.g. sqlite:///releases/ledger.db")
     p.add_argument("--dataset", help="only this dataset id")
     p.add_argument("--set-limit", nargs=2, metavar=("EPSILON", "DELTA"), help="set the dataset's limit (recorded)")
+    p.add_argument("--set-lifetime-limit", nargs=2, metavar=("EPSILON", "DELTA"),
+                   help="set the lifetime cap over the dataset and all its periods DATASET@PERIOD (recorded)")
+    p.add_argument("--record-crash", nargs=2, metavar=("RELEASE_ID", "REASON"),
+                   help="record that a charged release failed before being written (the charge stands)")
+    p.add_argument("--charges", action="store_true", help="list the charges (one per release) instead of datasets")
+    p.add_argument("--export", metavar="PATH", help="write every charge to a Parquet file (pyarrow; atomic)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_ledger)
     _add_sketch_commands(sub)
     _add_plan_commands(sub)
     _add_report_command(sub)
+    _add_audit_command(sub)
     return parser
 
 

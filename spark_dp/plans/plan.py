@@ -37,12 +37,17 @@ dataset's one lifetime budget (ledger dataset id = ``dataset.id``).
 (ledger dataset id = ``<dataset.id>@<period>``, e.g. ``sales@2026-W48``;
 ``budget.period`` defaults to the schedule). The ledger enforces each
 period's limit with its usual guarantees (no overspend under concurrency,
-no refund, idempotent ids), but a renewing budget is not a lifetime
+no refund, idempotent ids), but a renewing budget alone is not a lifetime
 guarantee: a privacy unit whose rows appear in N periods is protected at
-the composition of N periods' budgets (docs/scheduling.md). Entries on one
-dataset must state the same budget. A config used by a plan
-must not set ``release_id``; its ``ledger.epsilon_limit``/``delta_limit``,
-if given, must equal the entry's budget.
+the composition of N periods' budgets (docs/scheduling.md). A lifetime cap
+bounds that composition: ``budget: {..., renew: per_period, lifetime_epsilon:
+10, lifetime_delta: 1.0e-6}`` registers (ε, δ) for ``<dataset.id>`` over all
+its periods, and the ledger refuses any charge on any period that would take
+the exact composition of all periods' events over it (``plan status`` says
+how many more periods fit). Entries on one dataset must state the same
+budget. A config used by a plan must not set ``release_id``; its
+``ledger.epsilon_limit``/``delta_limit`` (and ``lifetime_*_limit``), if
+given, must equal the entry's budget.
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ KINDS = ("release", "merge")
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 PLAN_KEYS = ("plan", "ledger", "output", "entries")
 ENTRY_KEYS = ("name", "kind", "schedule", "due", "budget", "config", "inline", "from")
-BUDGET_KEYS = ("epsilon", "delta", "renew", "period")
+BUDGET_KEYS = ("epsilon", "delta", "renew", "period", "lifetime_epsilon", "lifetime_delta")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _RANK = {"daily": 0, "weekly": 1, "monthly": 2}
 
@@ -96,6 +101,22 @@ def period_key(period: str, d: date) -> str:
     raise ConfigError(f"Unknown period {period!r}; expected one of {list(SCHEDULES)}.")
 
 
+def period_start(period: str, key: str) -> date:
+    """Inverse of :func:`period_key`: the first day of the period ``key``."""
+    try:
+        if period == "daily":
+            return date.fromisoformat(key)
+        if period == "weekly":
+            y, w = key.split("-W")
+            return date.fromisocalendar(int(y), int(w), 1)
+        if period == "monthly":
+            y, m = key.split("-")
+            return date(int(y), int(m), 1)
+    except ValueError:
+        pass
+    raise ConfigError(f"{key!r} is not a {period} period key.")
+
+
 def parse_date(text: str) -> date:
     """An ISO date ``YYYY-MM-DD``; ConfigError otherwise."""
     try:
@@ -113,6 +134,12 @@ class EntryBudget:
     delta: float
     renew: str
     period: str
+    lifetime_epsilon: float | None = None  # per_period only: a cap over all periods (exact composition)
+    lifetime_delta: float | None = None
+
+    @property
+    def lifetime(self) -> tuple[float, float] | None:
+        return None if self.lifetime_epsilon is None else (self.lifetime_epsilon, self.lifetime_delta)
 
 
 @dataclass(frozen=True)
@@ -171,6 +198,8 @@ class Plan:
         raw["dataset"]["id"] = ledger_dataset_id(entry, raw["dataset"]["id"], d)
         raw["ledger"]["epsilon_limit"] = entry.budget.epsilon
         raw["ledger"]["delta_limit"] = entry.budget.delta
+        if entry.budget.lifetime is not None:
+            raw["ledger"]["lifetime_epsilon_limit"], raw["ledger"]["lifetime_delta_limit"] = entry.budget.lifetime
         if self.ledger_uri is not None:
             raw["ledger"]["uri"] = self.ledger_uri
         if self.output_path is not None:
@@ -272,11 +301,21 @@ def _entry(raw: Any, i: int, base_dir: str) -> PlanEntry:
     if _RANK[bperiod] < _RANK[schedule]:
         raise ConfigError(f"The '{key}.budget.period' parameter must be the schedule's period or longer "
                           f"(schedule {schedule!r}). Got {bperiod!r} instead.")
+    if (b.get("lifetime_epsilon") is None) != (b.get("lifetime_delta") is None):
+        raise ConfigError(f"Give both '{key}.budget.lifetime_epsilon' and '{key}.budget.lifetime_delta', or neither.")
+    if renew == "never" and b.get("lifetime_epsilon") is not None:
+        raise ConfigError(f"The '{key}.budget.lifetime_epsilon' parameter applies to renew: per_period only "
+                          "(with renew: never the budget is the lifetime limit).")
     budget = EntryBudget(
         epsilon=V.check_real(f"{key}.budget.epsilon", b["epsilon"], owner=OWNER, low=0, low_open=True),
         delta=V.check_real(f"{key}.budget.delta", b["delta"], owner=OWNER, low=0, high=1, low_open=True,
                            high_open=True),
         renew=renew, period=bperiod,
+        lifetime_epsilon=None if b.get("lifetime_epsilon") is None else V.check_real(
+            f"{key}.budget.lifetime_epsilon", b["lifetime_epsilon"], owner=OWNER, low=0, low_open=True),
+        lifetime_delta=None if b.get("lifetime_delta") is None else V.check_real(
+            f"{key}.budget.lifetime_delta", b["lifetime_delta"], owner=OWNER, low=0, high=1, low_open=True,
+            high_open=True),
     )
     has_cfg, has_inline = raw.get("config") is not None, raw.get("inline") is not None
     if has_cfg == has_inline:
@@ -299,10 +338,13 @@ def _entry(raw: Any, i: int, base_dir: str) -> PlanEntry:
         raise ConfigError(f"Plan entry {name!r}: 'dataset.id' must be a fixed string without '$' or '@' "
                           "(the plan adds '@<period>' for renewing budgets).")
     lg = config["ledger"]
-    for k, v in (("epsilon_limit", budget.epsilon), ("delta_limit", budget.delta)):
+    for k, v in (("epsilon_limit", budget.epsilon), ("delta_limit", budget.delta),
+                 ("lifetime_epsilon_limit", budget.lifetime_epsilon), ("lifetime_delta_limit", budget.lifetime_delta)):
         if lg.get(k) is not None and lg[k] != v:
             raise ConfigError(f"Plan entry {name!r}: 'ledger.{k}' = {lg[k]!r} in its job config differs from "
-                              f"the entry's budget ({v!r}); the plan's budget is the limit, remove it.")
+                              f"the entry's budget ({v!r}); the plan's budget is the limit, remove it"
+                              + (" (a lifetime cap goes in the entry's budget: lifetime_epsilon, lifetime_delta)."
+                                 if k.startswith("lifetime") else "."))
     return PlanEntry(name, kind, schedule, due, budget, copy.deepcopy(config), None)
 
 

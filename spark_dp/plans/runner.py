@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, replace
 from datetime import date, timedelta
 
 from spark_dp.errors import BudgetExceededError, ConfigError, ReleaseConflictError, SparkDPError
-from spark_dp.plans.plan import Plan, PlanEntry, ledger_dataset_id, period_bounds, period_key
+from spark_dp.plans.plan import Plan, PlanEntry, ledger_dataset_id, period_bounds, period_key, period_start
+from spark_dp.privacy.accountant import Budget
 from spark_dp.release import Release, load_release, write_release
 
 log = logging.getLogger("spark_dp")
@@ -240,4 +241,85 @@ def plan_status(plan: Plan, *, on: date | None = None) -> list[PeriodStatus]:
                 spent, n, left, eps_lim, d_lim = 0.0, 0, b.epsilon, b.epsilon, b.delta
             out.append(PeriodStatus(base, ds_id, wanted[ds_id], b.renew, tuple(e.name for e in ents), n,
                                     spent, eps_lim, left, d_lim))
+    return out
+
+
+@dataclass(frozen=True)
+class LifetimeForecast:
+    """A dataset's lifetime cap over its renewing periods: spent, and how many more periods fit.
+
+    ``periods_left`` is computed by the accountant, not estimated: the
+    largest k such that the exact composition of every event charged so far
+    plus k more periods each spending exactly what ``template_period`` spent
+    stays within the cap (:func:`~spark_dp.privacy.accountant.periods_within`,
+    the ledger's own check). Run one period after another at that spend and
+    the ledger refuses exactly ``first_refused_period``. ``periods_left_at_least``
+    says the search stopped at its bound (``MAX_PERIODS``). If the template
+    period is still in progress, later releases in it lower the count.
+    """
+
+    dataset: str
+    entries: tuple[str, ...]
+    epsilon_limit: float
+    delta_limit: float
+    epsilon_spent: float
+    epsilon_left: float
+    periods_charged: int
+    releases: int
+    template_period: str | None  # the period with the latest charge (None: nothing charged yet)
+    per_period_epsilon: float | None  # its events composed alone, at the lifetime delta
+    periods_left: int | None  # None: nothing charged yet, so no per-period spend to extrapolate
+    periods_left_at_least: bool
+    first_refused_period: str | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _next_period(period: str, key: str, n: int) -> str:
+    """The period key ``n`` periods after ``key``."""
+    start = period_start(period, key)
+    if period == "daily":
+        return period_key(period, start + timedelta(days=n))
+    if period == "weekly":
+        return period_key(period, start + timedelta(weeks=n))
+    months = start.year * 12 + start.month - 1 + n
+    return period_key(period, date(months // 12, months % 12 + 1, 1))
+
+
+def plan_lifetimes(plan: Plan) -> list[LifetimeForecast]:
+    """Lifetime spent and periods left for every dataset of the plan with a lifetime cap."""
+    from spark_dp.privacy import open_ledger
+    from spark_dp.privacy.accountant import MAX_PERIODS, compose_epsilon, periods_within
+    from spark_dp.privacy.ledger import lifetime_dataset
+
+    groups: dict[tuple[str, str], list[PlanEntry]] = {}
+    for e in plan.entries:
+        if e.kind != "release" or e.budget.lifetime is None:
+            continue
+        uri = plan.job_dict(e, date.today())["ledger"]["uri"]
+        groups.setdefault((uri, e.config["dataset"]["id"]), []).append(e)
+    out: list[LifetimeForecast] = []
+    for (uri, base), ents in groups.items():
+        b = ents[0].budget
+        ledger = open_ledger(uri)
+        registered = ledger.lifetime_limit(base)
+        cap = registered or Budget(*b.lifetime)  # before the first run: the plan's cap, not yet registered
+        charges = [c for c in ledger.all_charges() if lifetime_dataset(c.dataset_id) == base]
+        past = [ev for c in charges for ev in c.events]
+        spent = compose_epsilon(past, cap.delta)
+        template = per_eps = left = refused = None
+        at_least = False
+        periodic = [c for c in charges if c.dataset_id != base]
+        if periodic:
+            template_ds = periodic[-1].dataset_id
+            template = template_ds.split("@", 1)[1]
+            per_period = [ev for c in charges if c.dataset_id == template_ds for ev in c.events]
+            per_eps = compose_epsilon(per_period, cap.delta)
+            left = periods_within(past, per_period, cap)
+            at_least = left >= MAX_PERIODS
+            refused = None if at_least else _next_period(b.period, template, left + 1)
+        out.append(LifetimeForecast(
+            base, tuple(e.name for e in ents), cap.epsilon, cap.delta, spent, max(0.0, cap.epsilon - spent),
+            len({c.dataset_id for c in charges}), len(charges), template, per_eps, left, at_least, refused))
     return out

@@ -55,6 +55,42 @@ def compose_epsilon(events: Sequence[Event], delta: float) -> float:
     return _pld_epsilon(tuple(Counter(events).items()), float(delta))
 
 
+MAX_PERIODS = 100_000
+
+
+def periods_within(past: Sequence[Event], per_period: Sequence[Event], limit: Budget, *,
+                   max_periods: int = MAX_PERIODS) -> int:
+    """How many more periods spending ``per_period`` each fit under ``limit`` after ``past``.
+
+    The largest k ≥ 0 such that the composition of ``past`` and k copies of
+    ``per_period`` is (limit.epsilon, limit.delta)-DP, found by composing the
+    actual events (:func:`compose_epsilon`, the ledger's own check, so the
+    ledger refuses exactly the (k+1)-th period) for each k tried: doubling,
+    then bisection. Returns ``max_periods`` when at least that many fit
+    (also when ``per_period`` is empty: nothing spent per period).
+    """
+    def fits(k: int) -> bool:
+        return compose_epsilon([*past, *(list(per_period) * k)], limit.delta) <= limit.epsilon
+
+    if not fits(0):
+        return 0
+    if not per_period:
+        return max_periods
+    lo, hi = 0, 1  # fits(lo); is hi over?
+    while fits(hi):
+        lo = hi
+        if hi >= max_periods:
+            return max_periods
+        hi = min(2 * hi, max_periods)
+    while hi - lo > 1:  # fits(lo), not fits(hi)
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 _PLD_CACHE: dict[tuple[frozenset, float], float] = {}
 _PLD_CACHE_SIZE = 128
 _PLD_CACHE_LOCK = threading.Lock()

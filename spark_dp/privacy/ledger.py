@@ -30,6 +30,27 @@ Guarantees, relied on by the chokepoint:
   accepted and why). Ledgers of schema 1 gain the three columns on first open;
   their datasets are declared by their next charge.
 
+* **Lifetime caps over renewing periods.** Ledger datasets ``<base>@<period>``
+  (a plan's renewing budgets, or any ids named so) are the periods of the
+  dataset ``<base>``, which is part of its own group too. A lifetime limit
+  registered for ``<base>`` (``lifetime_limits``) is checked by every charge on
+  any member, in the same transaction as the period's own limit: the exact
+  composition of every member's events plus the new ones, at the lifetime
+  δ, must stay within the lifetime ε, or the charge is refused and nothing
+  is recorded. PostgreSQL's advisory lock is therefore taken per group
+  (``<base>``), so charges on different periods of one dataset serialise;
+  SQLite's ``BEGIN IMMEDIATE`` already serialises every charge. Each charge
+  records the group's lifetime ε after it (``charges.lifetime_epsilon``).
+* **Crashes are recorded, not refunded.** A charged release that failed
+  before being written can be recorded as such (``crashes``:
+  :meth:`Ledger.record_crash`); the charge stands. ``spark-dp audit`` checks
+  that every charge has a written release or a recorded crash.
+
+Schema 3 adds ``lifetime_limits``, ``crashes``, ``charges.lifetime_epsilon``
+and ``limit_changes.scope``; ledgers of schema 1 or 2 are migrated in place
+on first open (their rows keep working; their charges have no recorded
+lifetime ε).
+
 Composition of a dataset's charges is exact for Gaussian events and uses
 PLD otherwise (:mod:`spark_dp.privacy.accountant`); ε is reported at the
 dataset's ``delta_limit``.
@@ -51,10 +72,14 @@ from spark_dp.errors import BudgetExceededError, ConfigError, LedgerError, Relea
 from spark_dp.privacy.accountant import Budget, compose_epsilon
 from spark_dp.privacy.events import Event, events_from_json, events_to_json
 
-SCHEMA_VERSION = 2
-# Schema 2 adds the dataset's privacy unit (issue #12); a schema-1 ledger is
-# migrated in place on first open (existing rows keep working).
+SCHEMA_VERSION = 3
+# Schema 2 adds the dataset's privacy unit (issue #12); schema 3 the lifetime
+# caps over renewing periods and the crash records (issue #16). Older ledgers
+# are migrated in place on first open, one step at a time (existing rows keep
+# working).
 _UNIT_COLUMNS = (("privacy_unit", "TEXT"), ("max_per_unit", "INTEGER"), ("neighbors", "TEXT"))
+_SCHEMA_3_COLUMNS = (("charges", "lifetime_epsilon", "DOUBLE PRECISION"), ("limit_changes", "scope", "TEXT"))
+PERIOD_SEPARATOR = "@"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -75,7 +100,8 @@ CREATE TABLE IF NOT EXISTS charges (
     events         TEXT NOT NULL,
     epsilon        DOUBLE PRECISION NOT NULL,
     delta          DOUBLE PRECISION NOT NULL,
-    created_at     TEXT NOT NULL
+    created_at     TEXT NOT NULL,
+    lifetime_epsilon DOUBLE PRECISION
 );
 CREATE TABLE IF NOT EXISTS releases (
     release_id TEXT PRIMARY KEY REFERENCES charges(release_id),
@@ -87,13 +113,38 @@ CREATE TABLE IF NOT EXISTS limit_changes (
     dataset_id    TEXT NOT NULL,
     epsilon_limit DOUBLE PRECISION NOT NULL,
     delta_limit   DOUBLE PRECISION NOT NULL,
-    changed_at    TEXT NOT NULL
+    changed_at    TEXT NOT NULL,
+    scope         TEXT
+);
+CREATE TABLE IF NOT EXISTS lifetime_limits (
+    dataset_id    TEXT PRIMARY KEY,
+    epsilon_limit DOUBLE PRECISION NOT NULL,
+    delta_limit   DOUBLE PRECISION NOT NULL,
+    created_at    TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS crashes (
+    release_id  TEXT PRIMARY KEY REFERENCES charges(release_id),
+    reason      TEXT NOT NULL,
+    recorded_at TEXT NOT NULL
 );
 """
 
 
+def lifetime_dataset(dataset_id: str) -> str:
+    """The dataset whose lifetime ``dataset_id`` counts against: ``sales@2026-11-30`` → ``sales``."""
+    return dataset_id.split(PERIOD_SEPARATOR, 1)[0]
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _lifetime_mismatch(base: str, stored: Budget, limit: Budget) -> ConfigError:
+    return ConfigError(
+        f"Dataset {base!r} has ledger lifetime limit epsilon={stored.epsilon:g}, delta={stored.delta:g}; "
+        f"the request says lifetime epsilon={limit.epsilon:g}, delta={limit.delta:g}. "
+        "Change it explicitly with 'spark-dp ledger --set-lifetime-limit'."
+    )
 
 
 def _limit_mismatch(dataset_id: str, stored: Budget, limit: Budget) -> ConfigError:
@@ -171,6 +222,8 @@ class Charge:
     budget: Budget
     created_at: str
     location: str | None
+    lifetime_epsilon: float | None = None  # the group's lifetime ε after this charge (None: no cap in force)
+    crash: str | None = None  # the recorded reason it was never written (None: none recorded)
 
     @property
     def written(self) -> bool:
@@ -188,6 +241,21 @@ class DatasetStatus:
     spent_epsilon: float
     releases: int
     unit: UnitDeclaration | None = None  # None: not declared yet (no charge since schema 2)
+
+    @property
+    def remaining_epsilon(self) -> float:
+        return max(0.0, self.limit.epsilon - self.spent_epsilon)
+
+
+@dataclass(frozen=True, slots=True)
+class LifetimeStatus:
+    """A dataset's lifetime cap and what all its periods have spent of it (ε composed at the cap's δ)."""
+
+    dataset_id: str
+    limit: Budget
+    spent_epsilon: float
+    periods: int  # ledger datasets of the group with at least one charge
+    releases: int
 
     @property
     def remaining_epsilon(self) -> float:
@@ -240,13 +308,18 @@ class Ledger:
                 con.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) > SCHEMA_VERSION:
                 raise LedgerError(f"ledger {self.path} has schema {row[0]}, newer than this spark-dp ({SCHEMA_VERSION})")
-            elif int(row[0]) < 2:
-                # Schema 1 → 2: the dataset's privacy unit. Under the schema
-                # transaction's lock, so concurrent openers migrate once.
-                have = self._columns(con, "datasets")
-                for name, sqltype in _UNIT_COLUMNS:
-                    if name not in have:
-                        con.execute(f"ALTER TABLE datasets ADD COLUMN {name} {sqltype}")
+            elif int(row[0]) < SCHEMA_VERSION:
+                # Under the schema transaction's lock, so concurrent openers migrate once.
+                # The new tables exist already (CREATE TABLE IF NOT EXISTS above).
+                if int(row[0]) < 2:  # schema 1 → 2: the dataset's privacy unit
+                    have = self._columns(con, "datasets")
+                    for name, sqltype in _UNIT_COLUMNS:
+                        if name not in have:
+                            con.execute(f"ALTER TABLE datasets ADD COLUMN {name} {sqltype}")
+                # schema 2 → 3: lifetime ε per charge, the scope of a limit change
+                for table, name, sqltype in _SCHEMA_3_COLUMNS:
+                    if name not in self._columns(con, table):
+                        con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sqltype}")
                 con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _columns(self, con: _Connection, table: str) -> set[str]:
@@ -337,6 +410,110 @@ class Ledger:
                 (dataset_id, limit.epsilon, limit.delta, _now()),
             )
 
+    # -- lifetime caps over renewing periods --------------------------------
+    @staticmethod
+    def _lifetime_limit(con: _Connection, base: str) -> Budget | None:
+        row = con.execute("SELECT epsilon_limit, delta_limit FROM lifetime_limits WHERE dataset_id = ?",
+                          (base,)).fetchone()
+        return None if row is None else Budget(float(row[0]), float(row[1]))
+
+    def lifetime_limit(self, dataset_id: str) -> Budget | None:
+        """The lifetime cap of ``dataset_id``'s group (``sales@2026-11-30`` → ``sales``), or None."""
+        with self._reading() as con:
+            return self._lifetime_limit(con, lifetime_dataset(dataset_id))
+
+    def ensure_lifetime_limit(self, dataset_id: str, limit: Budget) -> Budget:
+        """Registers ``limit`` as the lifetime cap of ``dataset_id``'s group on first use; returns it.
+
+        A later request naming a different cap is refused (ConfigError):
+        caps change only through :meth:`set_lifetime_limit`. Registering a
+        cap below what the group has spent already is allowed (it only
+        refuses further charges).
+        """
+        base = lifetime_dataset(dataset_id)
+        with self._transaction(base) as con:
+            stored = self._lifetime_limit(con, base)
+            if stored is None:
+                self._write_lifetime_limit(con, base, limit)
+                return limit
+        if stored != limit:
+            raise _lifetime_mismatch(base, stored, limit)
+        return stored
+
+    def set_lifetime_limit(self, dataset_id: str, limit: Budget) -> None:
+        """Sets the lifetime cap of ``dataset_id``'s group explicitly (recorded in ``limit_changes``)."""
+        base = lifetime_dataset(dataset_id)
+        with self._transaction(base) as con:
+            self._write_lifetime_limit(con, base, limit)
+
+    @staticmethod
+    def _write_lifetime_limit(con: _Connection, base: str, limit: Budget) -> None:
+        con.execute(
+            "INSERT INTO lifetime_limits (dataset_id, epsilon_limit, delta_limit, created_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(dataset_id) DO UPDATE SET "
+            "epsilon_limit = excluded.epsilon_limit, delta_limit = excluded.delta_limit",
+            (base, limit.epsilon, limit.delta, _now()),
+        )
+        con.execute(
+            "INSERT INTO limit_changes (dataset_id, epsilon_limit, delta_limit, changed_at, scope) "
+            "VALUES (?, ?, ?, ?, 'lifetime')",
+            (base, limit.epsilon, limit.delta, _now()),
+        )
+
+    @staticmethod
+    def _group_where(base: str) -> tuple[str, tuple[Any, ...]]:
+        """SQL condition (and its parameters) selecting the ledger datasets of ``base``'s group."""
+        prefix = base + PERIOD_SEPARATOR
+        return "(dataset_id = ? OR substr(dataset_id, 1, ?) = ?)", (base, len(prefix), prefix)
+
+    def _group_events(self, con: _Connection, base: str) -> list[Event]:
+        where, params = self._group_where(base)
+        out: list[Event] = []
+        for (text,) in con.execute(f"SELECT events FROM charges WHERE {where} ORDER BY seq", params).fetchall():
+            out.extend(events_from_json(text))
+        return out
+
+    def _check_lifetime(self, con: _Connection, dataset_id: str, new: Sequence[Event]) -> float | None:
+        """The group's lifetime ε with ``new`` added (None: no cap); raises if over the cap."""
+        base = lifetime_dataset(dataset_id)
+        cap = self._lifetime_limit(con, base)
+        if cap is None:
+            return None
+        past = self._group_events(con, base)
+        eps = compose_epsilon([*past, *new], cap.delta)
+        if eps > cap.epsilon:
+            spent = compose_epsilon(past, cap.delta)
+            raise BudgetExceededError(
+                f"Lifetime privacy budget of dataset {base!r} exhausted: its periods have spent epsilon={spent:.4g} "
+                f"of the lifetime {cap.epsilon:g} (at delta={cap.delta:g}, exact composition of all periods); "
+                f"this release on {dataset_id!r} would bring it to {eps:.4g}."
+            )
+        return eps
+
+    def group_events(self, dataset_id: str) -> list[Event]:
+        """Every event charged to ``dataset_id``'s group (all its periods), in charge order."""
+        with self._reading() as con:
+            return self._group_events(con, lifetime_dataset(dataset_id))
+
+    def lifetime_status(self, dataset_id: str) -> LifetimeStatus | None:
+        """The lifetime cap of ``dataset_id``'s group and what it has spent (None: no cap)."""
+        base = lifetime_dataset(dataset_id)
+        with self._reading() as con:
+            cap = self._lifetime_limit(con, base)
+            if cap is None:
+                return None
+            where, params = self._group_where(base)
+            periods, releases = con.execute(
+                f"SELECT COUNT(DISTINCT dataset_id), COUNT(*) FROM charges WHERE {where}", params).fetchone()
+            events = self._group_events(con, base)
+        return LifetimeStatus(base, cap, compose_epsilon(events, cap.delta), int(periods), int(releases))
+
+    def lifetime_statuses(self) -> list[LifetimeStatus]:
+        """:meth:`lifetime_status` of every dataset with a lifetime cap."""
+        with self._reading() as con:
+            bases = [r[0] for r in con.execute("SELECT dataset_id FROM lifetime_limits ORDER BY dataset_id").fetchall()]
+        return [s for s in (self.lifetime_status(b) for b in bases) if s is not None]
+
     # -- privacy units ---------------------------------------------------
     @staticmethod
     def _declared_unit(con: _Connection, dataset_id: str) -> UnitDeclaration | None:
@@ -370,14 +547,17 @@ class Ledger:
     def lookup(self, release_id: str) -> Charge | None:
         """The charge recorded for ``release_id``, or None."""
         with self._reading() as con:
-            row = con.execute(
-                "SELECT c.seq, c.release_id, c.dataset_id, c.request_sha256, c.events, c.epsilon, c.delta, "
-                "c.created_at, r.location FROM charges c LEFT JOIN releases r USING (release_id) "
-                "WHERE c.release_id = ?",
-                (release_id,),
-            ).fetchone()
-        if row is None:
-            return None
+            row = con.execute(self._CHARGE_SELECT + " WHERE c.release_id = ?", (release_id,)).fetchone()
+        return None if row is None else self._charge_of(row)
+
+    _CHARGE_SELECT = (
+        "SELECT c.seq, c.release_id, c.dataset_id, c.request_sha256, c.events, c.epsilon, c.delta, "
+        "c.created_at, r.location, c.lifetime_epsilon, x.reason FROM charges c "
+        "LEFT JOIN releases r ON r.release_id = c.release_id LEFT JOIN crashes x ON x.release_id = c.release_id"
+    )
+
+    @staticmethod
+    def _charge_of(row: Sequence[Any]) -> Charge:
         return Charge(
             seq=row[0],
             release_id=row[1],
@@ -387,11 +567,19 @@ class Ledger:
             budget=Budget(row[5], row[6]),
             created_at=row[7],
             location=row[8],
+            lifetime_epsilon=None if row[9] is None else float(row[9]),
+            crash=row[10],
         )
+
+    def all_charges(self) -> list[Charge]:
+        """Every charge of the ledger, in charge order (for audits and exports)."""
+        with self._reading() as con:
+            rows = con.execute(self._CHARGE_SELECT + " ORDER BY c.seq").fetchall()
+        return [self._charge_of(r) for r in rows]
 
     def check(self, dataset_id: str, events: Sequence[Event], limit: Budget | None = None,
               unit: UnitDeclaration | None = None) -> float:
-        """Dry run: the dataset's ε after these events; raises if over the limit.
+        """Dry run: the dataset's ε after these events; raises if over the limit (or the lifetime cap).
 
         With ``unit``, also raises ConfigError if the dataset's declared
         privacy unit does not cover it (:meth:`UnitDeclaration.covers`).
@@ -412,7 +600,9 @@ class Ledger:
             effective = stored or limit
             assert effective is not None
             self._check_unit(con, dataset_id, unit)
-            return self._check(self._events_of(con, dataset_id), events, dataset_id, effective)
+            eps = self._check(self._events_of(con, dataset_id), events, dataset_id, effective)
+            self._check_lifetime(con, dataset_id, events)
+            return eps
 
     @staticmethod
     def _check(past: list[Event], new: Sequence[Event], dataset_id: str, limit: Budget) -> float:
@@ -436,8 +626,9 @@ class Ledger:
         limit: Budget | None = None,
         unit: UnitDeclaration | None = None,
     ) -> Charge:
-        """Atomically checks the limit (and ``unit``) and appends the charge. Durable on return.
+        """Atomically checks the limit, the group's lifetime cap (and ``unit``) and appends the charge.
 
+        Durable on return.
         The first charge with a ``unit`` on a dataset declares it (in the
         same transaction); later ones must be covered by it.
         """
@@ -451,6 +642,7 @@ class Ledger:
                     f"Release id {release_id!r} was charged already; it cannot be charged twice."
                 )
             self._check(self._events_of(con, dataset_id), events, dataset_id, lim)
+            lifetime_eps = self._check_lifetime(con, dataset_id, events)  # same transaction: no overspend
             if unit is not None and declared is None:  # the dataset's first release declares its unit
                 con.execute(
                     "UPDATE datasets SET privacy_unit = ?, max_per_unit = ?, neighbors = ? WHERE dataset_id = ?",
@@ -458,16 +650,30 @@ class Ledger:
                 )
             created = _now()
             seq = con.execute(
-                "INSERT INTO charges (release_id, dataset_id, request_sha256, events, epsilon, delta, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-                (release_id, dataset_id, request_sha256, events_to_json(list(events)), budget.epsilon, budget.delta, created),
+                "INSERT INTO charges (release_id, dataset_id, request_sha256, events, epsilon, delta, created_at, "
+                "lifetime_epsilon) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+                (release_id, dataset_id, request_sha256, events_to_json(list(events)), budget.epsilon, budget.delta,
+                 created, lifetime_eps),
             ).fetchone()[0]
-        return Charge(seq, release_id, dataset_id, request_sha256, tuple(events), budget, created, None)
+        return Charge(seq, release_id, dataset_id, request_sha256, tuple(events), budget, created, None, lifetime_eps)
 
     def mark_written(self, release_id: str, location: str) -> None:
         """Records that the charged release ``release_id`` was written at ``location``."""
         with self._transaction(None) as con:
             con.execute("INSERT INTO releases VALUES (?, ?, ?)", (release_id, location, _now()))
+
+    def record_crash(self, release_id: str, reason: str) -> None:
+        """Records that the charged release ``release_id`` failed before being written (the charge stands).
+
+        Raises LedgerError if the id was never charged, or was written.
+        """
+        with self._transaction(None) as con:
+            if con.execute("SELECT 1 FROM charges WHERE release_id = ?", (release_id,)).fetchone() is None:
+                raise LedgerError(f"Release id {release_id!r} was never charged in ledger {self.path}.")
+            if con.execute("SELECT 1 FROM releases WHERE release_id = ?", (release_id,)).fetchone():
+                raise LedgerError(f"Release id {release_id!r} was written; it did not crash.")
+            if con.execute("SELECT 1 FROM crashes WHERE release_id = ?", (release_id,)).fetchone() is None:
+                con.execute("INSERT INTO crashes VALUES (?, ?, ?)", (release_id, str(reason), _now()))
 
     # -- reports -------------------------------------------------------
     def status(self, dataset_id: str | None = None) -> list[DatasetStatus]:
@@ -486,16 +692,27 @@ class Ledger:
 
     def charges(self, dataset_id: str) -> list[Charge]:
         with self._reading() as con:
-            ids = [r[0] for r in con.execute(
-                "SELECT release_id FROM charges WHERE dataset_id = ? ORDER BY seq", (dataset_id,)).fetchall()]
-        return [c for c in (self.lookup(i) for i in ids) if c is not None]
+            rows = con.execute(self._CHARGE_SELECT + " WHERE c.dataset_id = ? ORDER BY c.seq", (dataset_id,)).fetchall()
+        return [self._charge_of(r) for r in rows]
 
     def to_json(self, dataset_id: str | None = None) -> str:
+        lifetimes: dict[str, LifetimeStatus | None] = {}
+
+        def lifetime(ds: str) -> dict[str, Any]:
+            base = lifetime_dataset(ds)
+            if base not in lifetimes:
+                lifetimes[base] = self.lifetime_status(base)
+            lt = lifetimes[base]
+            return {"lifetime_dataset": base if lt else None,
+                    "lifetime_epsilon_limit": lt.limit.epsilon if lt else None,
+                    "lifetime_delta_limit": lt.limit.delta if lt else None,
+                    "lifetime_epsilon_spent": lt.spent_epsilon if lt else None}
+
         return json.dumps([
             {"dataset_id": s.dataset_id, "epsilon_limit": s.limit.epsilon, "delta_limit": s.limit.delta,
              "epsilon_spent": s.spent_epsilon, "epsilon_remaining": s.remaining_epsilon, "releases": s.releases,
              "privacy_unit": s.unit.unit if s.unit else None, "max_per_unit": s.unit.max_per_unit if s.unit else None,
-             "neighbors": s.unit.neighbors if s.unit else None}
+             "neighbors": s.unit.neighbors if s.unit else None, **lifetime(s.dataset_id)}
             for s in self.status(dataset_id)
         ], indent=2)
 
@@ -535,8 +752,9 @@ class PostgresLedger(Ledger):
     """Ledger in a PostgreSQL database, for jobs on many hosts.
 
     Every write transaction takes ``pg_advisory_xact_lock`` on a hash of the
-    dataset id (and a global one for schema changes), so charges on one
-    dataset are serialised across hosts while other datasets proceed. Commits
+    dataset's lifetime group (the id before any ``@<period>``; a global one
+    for schema changes), so charges on one dataset and all its periods are
+    serialised across hosts while other datasets proceed. Commits
     are durable (``synchronous_commit`` is forced on for the session).
     Requires the ``psycopg`` package (extra ``postgres``).
     """
@@ -575,7 +793,8 @@ class PostgresLedger(Ledger):
         if dataset_id is None:
             con.execute("SELECT pg_advisory_xact_lock(?)", (self._GLOBAL_LOCK,))
         else:
-            con.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (dataset_id,))
+            # Per lifetime group: charges on every period of one dataset are checked against one lifetime cap.
+            con.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (lifetime_dataset(dataset_id),))
 
 
 def open_ledger(uri: str) -> Ledger:
