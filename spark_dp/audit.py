@@ -7,7 +7,7 @@ is on disk is what the ledger charged. For every release directory
 * its release id, dataset, events (hence σ/Δ: every Gaussian or Laplace
   event *is* its noise multiplier), (ε, δ), ledger entry and request digest
   match the ledger's charge of that id, and the σ and sensitivity it states
-  (``noise_sigma``/``noise_scale`` and ``sensitivity``) are those of a charged
+  (``noise_scale`` with ``noise_family``, the deprecated ``noise_sigma``, and ``sensitivity``) are those of a charged
   event (σ/Δ equal to a charged noise multiplier);
 * its directory name is its release id and its payload files exist;
 * a release with no charge is an **orphan**, unless it is a merge of charged
@@ -44,6 +44,7 @@ from typing import Any
 from spark_dp.errors import ConfigError
 from spark_dp.privacy.events import GaussianEvent, LaplaceEvent, event_from_dict, event_to_dict
 from spark_dp.privacy.ledger import Charge, Ledger
+from spark_dp.release.release import noise_of
 
 MANIFEST = "manifest.json"
 NONPRIVATE_DIR = "nonprivate"
@@ -136,7 +137,11 @@ def _noise_mismatches(privacy: dict[str, Any], events: list) -> list[str]:
     """σ (or the Laplace scale) and the sensitivity stated in the manifest must be a charged event's σ/Δ."""
     out = []
     sens = _numbers(privacy.get("sensitivity"))
-    for key, kind in (("noise_sigma", GaussianEvent), ("noise_scale", LaplaceEvent)):
+    family = noise_of(privacy)[0]  # manifest schema 2 states it; schema 1's noise_scale was Laplace's
+    checks = [("noise_sigma", GaussianEvent)] if "noise_sigma" in privacy else []
+    if family in ("gaussian", "laplace") and "noise_scale" in privacy:
+        checks.append(("noise_scale", GaussianEvent if family == "gaussian" else LaplaceEvent))
+    for key, kind in checks:
         scales = _numbers(privacy.get(key))
         if scales is None:
             continue

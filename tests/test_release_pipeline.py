@@ -106,7 +106,8 @@ def test_noise_that_leaves_a_charged_event_unused_is_a_bug_and_writes_nothing(tm
     plan = _plan(steps, noise=lambda exact, cp: Noised({"values": exact}))
     with pytest.raises(RuntimeError, match="not used"):
         run_release(session, plan)
-    assert session.ledger.lookup("r1") is not None  # the charge stands
+    charge = session.ledger.lookup("r1")
+    assert charge is not None and charge.crash == "RuntimeError after the charge, before the release was written"
     assert not os.path.exists(tmp_path / "out" / "r1")
 
 

@@ -163,23 +163,36 @@ def run_release(session: DPSession, plan: ReleasePlan) -> Release:
     charge = cp.charge(list(plan.events), budget)
     log.info("release %s: charged epsilon=%g delta=%g to dataset %s (ledger entry %d)",
              rid, budget.epsilon, budget.delta, session.dataset_id, charge.seq)
-    noised = plan.noise(exact, cp)
-    del exact
-    if cp.unused_events:
-        raise RuntimeError(f"bug: charged events were not used: {cp.unused_events}")
-    manifest = _manifest(session, plan, rid, noised, privacy={
-        **plan.privacy,
-        "sampler": session.sampler.name,
-        "private": session.sampler.private,
-        "events": [event_to_dict(e) for e in plan.events],
-        "ledger_entry": charge.seq,
-        "dataset_limit": (session.limit or session.ledger.ensure_dataset(session.dataset_id, None)).to_dict(),
-    })
-    release = Release(release_id=rid, arrays=dict(noised.arrays), manifest=manifest)
-    path = write_release(release, session.output)
+    try:
+        noised = plan.noise(exact, cp)
+        del exact
+        if cp.unused_events:
+            raise RuntimeError(f"bug: charged events were not used: {cp.unused_events}")
+        manifest = _manifest(session, plan, rid, noised, privacy={
+            **plan.privacy,
+            "sampler": session.sampler.name,
+            "private": session.sampler.private,
+            "events": [event_to_dict(e) for e in plan.events],
+            "ledger_entry": charge.seq,
+            "dataset_limit": (session.limit or session.ledger.ensure_dataset(session.dataset_id, None)).to_dict(),
+        })
+        release = Release(release_id=rid, arrays=dict(noised.arrays), manifest=manifest)
+        path = write_release(release, session.output)
+    except Exception as exc:
+        # The charge stands and nothing was written: say so in the ledger, so `spark-dp audit` can tell a
+        # crashed release from a lost one. Only the exception's type: its text may quote data.
+        _record_crash(session, rid, f"{type(exc).__name__} after the charge, before the release was written")
+        raise
     session.ledger.mark_written(rid, path)
     log.info("release %s written to %s", rid, path)
     return release
+
+
+def _record_crash(session: DPSession, rid: str, reason: str) -> None:
+    try:
+        session.ledger.record_crash(rid, reason)
+    except Exception:  # noqa: BLE001 - never mask the release's own error
+        log.exception("release %s: could not record its crash in the ledger", rid)
 
 
 def _run_not_private(session: DPSession, plan: ReleasePlan) -> Release:

@@ -466,9 +466,11 @@ def _check_nonprivate_opt_in(session: DPSession, mechanism: str, private: bool |
             "results computed from the data. Pass private=False (configs: 'privacy: {mode: none}') to run it on "
             "public data, or use mechanism 'private_power_method'."
         )
-    if session.limit is not None or session.ledger.status(session.dataset_id):
+    if (session.limit is not None or session.ledger.status(session.dataset_id)
+            or session.ledger.lifetime_limit(session.dataset_id) is not None):
         raise ConfigError(
-            f"Dataset {session.dataset_id!r} has a privacy budget (in the ledger or the session): a non-private "
+            f"Dataset {session.dataset_id!r} has a privacy budget (in the ledger or the session, per period or "
+            "lifetime): a non-private "
             f"mechanism ({mechanism!r}, private=False) may not release exact results from it. Use a private "
             "mechanism, or a dataset id without a budget for public data."
         )
