@@ -202,62 +202,79 @@ def tensor_decomposition(
               "epsilon": epsilon, "delta": delta, "neighbors": neighbors, "sampler": session.sampler.name,
               "dataset_path": dataset_path, "config_sha256": config_sha256}
 
-    if explicit and whiten:
+    context = {name: value for name, value in locals().items() if name != "explicit"}
+    return run_release(session, (_explicit_plan if explicit else _rows_plan)(**context))
+
+
+def _explicit_plan(
+    *, session, data, columns, mechanism, private, epsilon, delta, k, restarts, iterations, calibration, whiten,
+    rows_per_round, entry_scale, privacy_unit, max_rows_per_unit, dataset_path, common, params, rng, neighbors,
+    release_id, config_sha256, norm_bound, nonfinite, source_paths, worker_cache_bytes, clear_worker_cache,
+    dimension, mode, **_unused
+) -> ReleasePlan:
+    """The release plan on an explicit tensor (``tensor_entry`` neighbours; Alg. 1, Alg. 3, input perturbation)."""
+    if whiten:
         raise ConfigError(f"The 'whiten' parameter of {OWNER} needs rows (a DataFrame): an explicit tensor has no "
                           "second moment to whiten with. Got True instead.")
-    if explicit and rows_per_round is not None:
+    if rows_per_round is not None:
         raise ConfigError(f"The 'rows_per_round' parameter of {OWNER} applies to rows only. Got {rows_per_round} "
                           "for an explicit tensor instead.")
-    if explicit:
-        # An explicit tensor has no rows, hence no units to bound: refuse rather than ignore.
-        if privacy_unit is not None:
-            raise ConfigError(f"The 'privacy_unit' parameter of {OWNER} applies to rows (a DataFrame) only; an explicit "
-                              f"tensor's neighbours are 'tensor_entry'. Got {privacy_unit!r} instead.")
-        if max_rows_per_unit != 1:
-            raise ConfigError(f"The 'max_rows_per_unit' parameter of {OWNER} applies to rows (a DataFrame) only. "
-                              f"Got {max_rows_per_unit!r} for an explicit tensor instead.")
-        if isinstance(data, str | os.PathLike):
-            dataset_path = dataset_path or os.fspath(data)
-            common["dataset_path"] = dataset_path
-            data = load_tensor(os.fspath(data))
-        T = check_tensor(data, owner=OWNER)
-        d = T.shape[0]
-        k, L, R = check_counts(k, restarts, iterations, d, owner=OWNER, names=("restarts", "iterations"))
-        params = {**params, "entry_scale": entry_scale}
-        request = {**common, "dimension": d, "params": params}
-        extra = {"params": params, "dimension": d}
-        if mechanism == "power_method":
-            return _public_release(session, release_id, request, extra, mechanism,
-                                   lambda: robust_tensor_power_method(T, k, L=L, R=R, rng=rng), config_sha256)
-        if mechanism == "private_power_method":
-            plan = tensor_entry_plan(epsilon=epsilon, delta=delta, k=k, L=L, R=R, calibration=calibration)
+    # An explicit tensor has no rows, hence no units to bound: refuse rather than ignore.
+    if privacy_unit is not None:
+        raise ConfigError(f"The 'privacy_unit' parameter of {OWNER} applies to rows (a DataFrame) only; an explicit "
+                          f"tensor's neighbours are 'tensor_entry'. Got {privacy_unit!r} instead.")
+    if max_rows_per_unit != 1:
+        raise ConfigError(f"The 'max_rows_per_unit' parameter of {OWNER} applies to rows (a DataFrame) only. "
+                          f"Got {max_rows_per_unit!r} for an explicit tensor instead.")
+    if isinstance(data, str | os.PathLike):
+        dataset_path = dataset_path or os.fspath(data)
+        common["dataset_path"] = dataset_path
+        data = load_tensor(os.fspath(data))
+    T = check_tensor(data, owner=OWNER)
+    d = T.shape[0]
+    k, L, R = check_counts(k, restarts, iterations, d, owner=OWNER, names=("restarts", "iterations"))
+    params = {**params, "entry_scale": entry_scale}
+    request = {**common, "dimension": d, "params": params}
+    extra = {"params": params, "dimension": d}
+    if mechanism == "power_method":
+        return _public_plan(session, release_id, request, extra, mechanism,
+                               lambda: robust_tensor_power_method(T, k, L=L, R=R, rng=rng), config_sha256)
+    if mechanism == "private_power_method":
+        plan = tensor_entry_plan(epsilon=epsilon, delta=delta, k=k, L=L, R=R, calibration=calibration)
 
-            def noise(T_: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
-                return _payload(private_tensor_power_method(
-                    T_, k, L=L, R=R, nu=plan.nu, chokepoint=cp, rng=rng, entry_scale=entry_scale))
+        def noise(T_: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
+            return _payload(private_tensor_power_method(
+                T_, k, L=L, R=R, nu=plan.nu, chokepoint=cp, rng=rng, entry_scale=entry_scale))
 
-            privacy = {
-                "sensitivity": "6c*||u||_inf^2 per power step, 6c*||u||_inf^3 per eigenvalue estimate "
-                               "(Wang & Anandkumar 2016, proof of Thm 4.1)",
-                "noise": "gaussian, sigma = nu*c*||u||_inf^p", "noise_family": "gaussian",
-                "noise_scale": None, "nu": plan.nu, "entry_scale": entry_scale,
-            }
-        else:  # input_perturbation
-            plan = input_perturbation_plan(epsilon=epsilon, delta=delta, calibration=calibration, entry_scale=entry_scale)
+        privacy = {
+            "sensitivity": "6c*||u||_inf^2 per power step, 6c*||u||_inf^3 per eigenvalue estimate "
+                           "(Wang & Anandkumar 2016, proof of Thm 4.1)",
+            "noise": "gaussian, sigma = nu*c*||u||_inf^p", "noise_family": "gaussian",
+            "noise_scale": None, "nu": plan.nu, "entry_scale": entry_scale,
+        }
+    else:  # input_perturbation
+        plan = input_perturbation_plan(epsilon=epsilon, delta=delta, calibration=calibration, entry_scale=entry_scale)
 
-            def noise(T_: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
-                return _payload(input_perturbation(T_, k, L=L, R=R, plan=plan, chokepoint=cp, rng=rng))
+        def noise(T_: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
+            return _payload(input_perturbation(T_, k, L=L, R=R, plan=plan, chokepoint=cp, rng=rng))
 
-            privacy = {
-                "sensitivity": entry_scale, "sensitivity_norm": "l2 of the unique entries divided by their multiplicity",
-                "noise": "gaussian on the unique entries, sigma*w (w = 1, 2, 6)", "noise_family": "gaussian",
-                "noise_scale": plan.sigma, "noise_sigma": plan.sigma,
-                "entry_scale": entry_scale,
-            }
-        return _private_release(session, plan, release_id, request, extra, mechanism, lambda: T, noise, privacy,
-                                neighbors, epsilon, delta, config_sha256)
+        privacy = {
+            "sensitivity": entry_scale, "sensitivity_norm": "l2 of the unique entries divided by their multiplicity",
+            "noise": "gaussian on the unique entries, sigma*w (w = 1, 2, 6)", "noise_family": "gaussian",
+            "noise_scale": plan.sigma, "noise_sigma": plan.sigma,
+            "entry_scale": entry_scale,
+        }
+    return _private_plan(session, plan, release_id, request, extra, mechanism, lambda: T, noise, privacy,
+                            neighbors, epsilon, delta, config_sha256)
 
-    # -- rows --------------------------------------------------------------------
+
+def _rows_plan(
+    *, session, data, columns, mechanism, private, epsilon, delta, k, restarts, iterations, calibration, whiten,
+    rows_per_round, entry_scale, privacy_unit, max_rows_per_unit, dataset_path, common, params, rng, neighbors,
+    release_id, config_sha256, norm_bound, nonfinite, source_paths, worker_cache_bytes, clear_worker_cache,
+    dimension, mode, **_unused
+) -> ReleasePlan:
+    """The release plan on DataFrame rows (Alg. 2 / Alg. 3 over rows; whitened with ``whiten``)."""
     from spark_dp.aggregates import vector_dimension
     from spark_dp.aggregates.moments import third_moment_sums
 
@@ -291,7 +308,7 @@ def tensor_decomposition(
                          max_rows_per_unit=max_rows_per_unit, passes=None, mode=mode, source_paths=source_paths,
                          cache_bytes=worker_cache_bytes, clear_cache=clear_worker_cache)
     if whiten:
-        return _whitened_rows(session, source, release_id=release_id, request=request, extra=extra,
+        return _whitened_plan(session, source, release_id=release_id, request=request, extra=extra,
                               mechanism=mechanism, private=private, k=k, L=L, R=R, d=d, mode=mode,
                               epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
                               calibration=calibration, nonfinite=nonfinite,
@@ -316,7 +333,7 @@ def tensor_decomposition(
                                                   rows_per_round=rows_per_round)
             finally:
                 source.release(frame)
-        return _public_release(session, release_id, request, extra, mechanism, run, config_sha256)
+        return _public_plan(session, release_id, request, extra, mechanism, run, config_sha256)
 
     def noise(frame: DataFrame, cp: Chokepoint) -> dict[str, np.ndarray]:
         # The passes are adaptive (each depends on the previous noisy output), so
@@ -336,7 +353,7 @@ def tensor_decomposition(
         "norm_bound": norm_bound,
         "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit,
     }
-    return _private_release(session, plan, release_id, request, extra, mechanism, prepare, noise, privacy,
+    return _private_plan(session, plan, release_id, request, extra, mechanism, prepare, noise, privacy,
                             neighbors, epsilon, delta, config_sha256)
 
 
@@ -375,9 +392,9 @@ class _RowsSource:
             clear_worker_cache(frame.spark, frame.uris)
 
 
-def _whitened_rows(session, source, *, release_id, request, extra, mechanism, private, k, L, R, d, mode,
+def _whitened_plan(session, source, *, release_id, request, extra, mechanism, private, k, L, R, d, mode,
                    epsilon, delta, norm_bound, neighbors, calibration, nonfinite, max_rows_per_unit, rng,
-                   config_sha256) -> Release:
+                   config_sha256) -> ReleasePlan:
     """Whitened decomposition over rows (see :mod:`spark_dp.tensor.whiten`)."""
     from spark_dp.aggregates.moments import second_moment_sums, third_moment_sums
     from spark_dp.tensor.whiten import (
@@ -409,7 +426,7 @@ def _whitened_rows(session, source, *, release_id, request, extra, mechanism, pr
                 return whitened_online_power_method(moments_of(frame), M2 / max(n, 1.0), k=k, L=L, R=R, rng=rng)
             finally:
                 source.release(frame)
-        return _public_release(session, release_id, request, extra, mechanism, run, config_sha256, payload=payload)
+        return _public_plan(session, release_id, request, extra, mechanism, run, config_sha256, payload=payload)
 
     def compute():
         frame = prepare()
@@ -432,12 +449,12 @@ def _whitened_rows(session, source, *, release_id, request, extra, mechanism, pr
         "norm_bound": norm_bound,
         "privacy_unit": source.privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit, "whiten": True,
     }
-    return _private_release(session, plan, release_id, request, extra, mechanism, compute, noise, privacy,
+    return _private_plan(session, plan, release_id, request, extra, mechanism, compute, noise, privacy,
                             neighbors, epsilon, delta, config_sha256)
 
 
-def _private_release(session, plan, release_id, request, extra, mechanism, compute, noise, privacy, neighbors,
-                     epsilon, delta, config_sha256) -> Release:
+def _private_plan(session, plan, release_id, request, extra, mechanism, compute, noise, privacy, neighbors,
+                     epsilon, delta, config_sha256) -> ReleasePlan:
     privacy = {
         "epsilon": epsilon, "delta": delta, "neighbors": neighbors, **privacy,
         "calibration": plan.calibration if plan.calibration == "paper" else "exact (Balle & Wang 2018)",
@@ -450,12 +467,12 @@ def _private_release(session, plan, release_id, request, extra, mechanism, compu
         "epsilon_exact_accounting": compose_epsilon(plan.events, delta),
         **{f"calibration_{k}": v for k, v in plan.details.items()},
     }
-    return run_release(session, ReleasePlan(
+    return ReleasePlan(
         task="tensor_decomposition", mechanism=mechanism, release_id=release_id, request=request,
         events=tuple(plan.events), budget=Budget(epsilon, delta), compute=compute,
         noise=lambda exact, cp: Noised(noise(exact, cp)), privacy=privacy, manifest=extra,
         config_sha256=config_sha256,
-    ))
+    )
 
 
 def _check_nonprivate_opt_in(session: DPSession, mechanism: str, private: bool | None) -> None:
@@ -476,7 +493,7 @@ def _check_nonprivate_opt_in(session: DPSession, mechanism: str, private: bool |
         )
 
 
-def _public_release(session, release_id, request, extra, mechanism, run, config_sha256, payload=_payload) -> Release:
+def _public_plan(session, release_id, request, extra, mechanism, run, config_sha256, payload=_payload) -> ReleasePlan:
     """A non-private release (public data, tests): nothing is charged; the manifest says so.
 
     On rows (``request`` has ``columns``) the pipeline's ``nonprivate`` mode:
@@ -484,9 +501,9 @@ def _public_release(session, release_id, request, extra, mechanism, run, config_
     under ``<output>/nonprivate/``.
     """
     on_rows = "columns" in request
-    return run_release(session, ReleasePlan(
+    return ReleasePlan(
         task="tensor_decomposition", mechanism=mechanism, release_id=release_id, request=request, events=(),
         budget=None, privacy={} if on_rows else {"note": "Alg. 1 on an explicit, public tensor"}, manifest=extra,
         compute=run, noise=lambda result, _: Noised(payload(result)), config_sha256=config_sha256,
         mode="nonprivate" if on_rows else "public_input",
-    ))
+    )
