@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_dp.aggregates._bounding import keep_rows_per_unit
+from spark_dp.aggregates._partitioning import partitions_for
 from spark_dp.errors import ConfigError, SchemaError
 
 VECTOR_COL = "__spark_dp_x"
@@ -142,9 +143,23 @@ def vector_frame(
         # recomputed frame keeps the same rows (see _bounding). The secret is
         # drawn here, once per frame: every pass over a cached frame shares it.
         rows = df.select(F.col(privacy_unit).alias(_UNIT_COL), arr.alias(VECTOR_COL))
-        rows = keep_rows_per_unit(rows, _UNIT_COL, [VECTOR_COL], max_rows_per_unit, secret=selection_secret)
+        # The bounding shuffle gets the one partitioning rule's count.
+        n = vector_partitions(df, [f.name for f in fields], d, privacy_unit)
+        rows = keep_rows_per_unit(rows, _UNIT_COL, [VECTOR_COL], max_rows_per_unit, secret=selection_secret,
+                                  partitions=n)
         return rows.select(VECTOR_COL), d
     return df.select(arr.alias(VECTOR_COL)), d
+
+
+def vector_partitions(df: DataFrame, columns: Sequence[str], d: int, privacy_unit: str | None = None) -> int:
+    """The one partitioning rule (:mod:`._partitioning`) for shuffles and caches of ``df``'s vectors.
+
+    Sized from the input as Spark estimates it (no projection: selecting d
+    columns would cost d JVM round trips on classic Spark); one array or
+    vector column counts as d values (Spark assumes one). ``privacy_unit`` is
+    part of the input already.
+    """
+    return partitions_for(df, array_length=d if len(columns) == 1 and d > 1 else 1)
 
 
 def _check_dimension(dimension: int | None, name: str) -> int:
