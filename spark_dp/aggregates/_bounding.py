@@ -77,7 +77,7 @@ def selection_order(secret: int, unit: Column, content: Sequence[Column]) -> lis
 
 def keep_rows_per_unit(
     df: DataFrame, unit: str, content: Sequence[str], max_rows: int, *, secret: int | None = None,
-    partitions: int | None = None, array_length: int = 1,
+    partitions: int | None = None, array_length: int = 1, unit_type: T.DataType | None = None,
 ) -> DataFrame:
     """``df`` with at most ``max_rows`` rows per value of ``unit`` (rows with a null unit form one unit).
 
@@ -97,6 +97,8 @@ def keep_rows_per_unit(
             ``spark.sql.shuffle.partitions``.
         array_length: d when a content column is an array of d values (the
             size estimate of the rule).
+        unit_type: the unit column's type when the caller knows it (saves a
+            schema read); None reads it from ``df``.
 
     Returns:
         The kept rows, hash-partitioned by ``unit`` into ``partitions``
@@ -110,7 +112,9 @@ def keep_rows_per_unit(
     # The window needs each unit's rows together: an explicit hash repartition
     # on the unit satisfies that, so Spark plans no exchange of its own (which
     # would take the session's spark.sql.shuffle.partitions).
-    if not _has_floats(df.schema[unit].dataType):
+    if unit_type is None:
+        unit_type = df.schema[unit].dataType
+    if not _has_floats(unit_type):
         window = Window.partitionBy(F.col(unit)).orderBy(*order)
         df = df.repartition(int(partitions), F.col(unit))
         rank = F.row_number().over(window)

@@ -60,7 +60,12 @@ from pyspark.sql import functions as F
 
 from spark_dp.aggregates._blocks import apply_nonfinite, batch_to_block, clip_rows
 from spark_dp.aggregates._partitioning import partitions_for
-from spark_dp.aggregates._vectors import VECTOR_COL, check_nonfinite, vector_partitions, vectorize
+from spark_dp.aggregates._vectors import (
+    VECTOR_COL,
+    check_nonfinite,
+    vector_partitions,
+    vectorize,
+)
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85

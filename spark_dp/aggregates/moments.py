@@ -57,7 +57,14 @@ from spark_dp.aggregates._parquet_tasks import (
     unit_blocks,
     units_of,
 )
-from spark_dp.aggregates._vectors import VECTOR_COL, check_nonfinite, vector_frame, vector_partitions, vectorize
+from spark_dp.aggregates._vectors import (
+    VECTOR_COL,
+    check_nonfinite,
+    schema_of,
+    vector_columns,
+    vector_partitions,
+    vectorize,
+)
 from spark_dp.aggregates._worker_cache import DEFAULT_CACHE_BYTES
 from spark_dp.errors import ConfigError
 
@@ -379,11 +386,11 @@ def parquet_rows(
     if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int | np.integer) or cache_bytes < 0:
         raise ConfigError(f"The 'cache_bytes' parameter must be an int >= 0. Got {cache_bytes!r} instead.")
     spark, paths, df = source_frame(paths, spark)
-    _, d = vector_frame(df, columns, dimension=dimension)  # schema checks and d, as prepare_rows does them
+    _, d = vector_columns(df, columns, dimension)  # schema checks and d, as prepare_rows does them
     if privacy_unit is not None:
         return None
     columns = list(columns)
-    fields = {f.name: f.dataType for f in df.schema.fields}
+    fields = {name: f.dataType for name, f in schema_of(df).items()}
     layout = "list" if len(columns) == 1 and isinstance(fields[columns[0]], T.ArrayType) else "columns"
     if len(columns) == 1 and layout == "columns" and not isinstance(fields[columns[0]], T.NumericType):
         return None  # ML vectors
