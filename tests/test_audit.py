@@ -112,6 +112,9 @@ def test_the_untampered_root_passes(pristine, capsys):
     ("cov", lambda m: m["privacy"].update(noise_sigma=m["privacy"]["noise_sigma"] / 2), "noise_sigma="),
     ("sk1", lambda m: m["privacy"].update(noise_sigma=m["privacy"]["noise_sigma"] * 0.9), "noise_sigma="),
     ("cm", lambda m: m["privacy"].update(noise_scale=m["privacy"]["noise_scale"] / 3), "noise_scale="),
+    # manifest schema 2: a Gaussian release's noise_scale is its σ; editing it (or its family) is caught too
+    ("cov", lambda m: m["privacy"].update(noise_scale=m["privacy"]["noise_scale"] / 2), "noise_scale="),
+    ("sk1", lambda m: m["privacy"].update(noise_family="laplace"), "no LaplaceEvent was charged"),
     ("ols", lambda m: m["privacy"]["noise_sigma"].__setitem__(1, 0.01), "noise_sigma="),
     ("tip", lambda m: m["privacy"]["events"][0].update(noise_multiplier=1.0), "events="),
     ("tpm", lambda m: m["privacy"].update(delta=1e-9), "delta=1e-09"),

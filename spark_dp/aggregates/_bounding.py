@@ -46,8 +46,12 @@ from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from spark_dp.aggregates._partitioning import partitions_for
 
 RANK_COL = "__spark_dp_unit_rank"
+_UNIT_HASH_COL = "__spark_dp_unit_hash"
 
 
 def new_secret() -> int:
@@ -72,7 +76,8 @@ def selection_order(secret: int, unit: Column, content: Sequence[Column]) -> lis
 
 
 def keep_rows_per_unit(
-    df: DataFrame, unit: str, content: Sequence[str], max_rows: int, *, secret: int | None = None
+    df: DataFrame, unit: str, content: Sequence[str], max_rows: int, *, secret: int | None = None,
+    partitions: int | None = None, array_length: int = 1, unit_type: T.DataType | None = None,
 ) -> DataFrame:
     """``df`` with at most ``max_rows`` rows per value of ``unit`` (rows with a null unit form one unit).
 
@@ -87,9 +92,54 @@ def keep_rows_per_unit(
         max_rows: m ≥ 1.
         secret: the selection secret; None draws a fresh one. Pass the same
             secret to rebuild the same selection (tests).
+        partitions: the shuffle's partition count; None applies the one rule
+            (:func:`spark_dp.aggregates._partitioning.partitions_for`), never
+            ``spark.sql.shuffle.partitions``.
+        array_length: d when a content column is an array of d values (the
+            size estimate of the rule).
+        unit_type: the unit column's type when the caller knows it (saves a
+            schema read); None reads it from ``df``.
+
+    Returns:
+        The kept rows, hash-partitioned by ``unit`` into ``partitions``
+        partitions (so later per-unit operations plan no other exchange).
     """
     if secret is None:
         secret = new_secret()
+    if partitions is None:
+        partitions = partitions_for(df, array_length=array_length)
     order = selection_order(secret, F.col(unit), [F.col(c) for c in content])
-    window = Window.partitionBy(F.col(unit)).orderBy(*order)
-    return df.withColumn(RANK_COL, F.row_number().over(window)).where(F.col(RANK_COL) <= int(max_rows)).drop(RANK_COL)
+    # The window needs each unit's rows together: an explicit hash repartition
+    # on the unit satisfies that, so Spark plans no exchange of its own (which
+    # would take the session's spark.sql.shuffle.partitions).
+    if unit_type is None:
+        unit_type = df.schema[unit].dataType
+    if not _has_floats(unit_type):
+        window = Window.partitionBy(F.col(unit)).orderBy(*order)
+        df = df.repartition(int(partitions), F.col(unit))
+        rank = F.row_number().over(window)
+    else:
+        # Spark normalises a floating-point partition key (-0.0 → 0.0, one NaN),
+        # which an exchange on the raw column does not satisfy. Partition by
+        # xxhash64(unit) instead (equal for equal units, which it hashes the
+        # same way); a unit's rows are then consecutive in the order (unit, …),
+        # and its own rank is row_number − (rank of the unit) + 1.
+        df = df.withColumn(_UNIT_HASH_COL, F.xxhash64(F.col(unit))).repartition(int(partitions), _UNIT_HASH_COL)
+        by_rows = Window.partitionBy(_UNIT_HASH_COL).orderBy(F.col(unit).asc_nulls_first(), *order)
+        by_unit = Window.partitionBy(_UNIT_HASH_COL).orderBy(F.col(unit).asc_nulls_first())
+        rank = F.row_number().over(by_rows) - F.rank().over(by_unit) + F.lit(1)
+    out = df.withColumn(RANK_COL, rank).where(F.col(RANK_COL) <= int(max_rows)).drop(RANK_COL)
+    return out.drop(_UNIT_HASH_COL)
+
+
+def _has_floats(dt: T.DataType) -> bool:
+    """Whether Spark normalises ``dt`` as a grouping key (float or double, also inside arrays, maps, structs)."""
+    if isinstance(dt, T.FloatType | T.DoubleType):
+        return True
+    if isinstance(dt, T.ArrayType):
+        return _has_floats(dt.elementType)
+    if isinstance(dt, T.MapType):
+        return _has_floats(dt.keyType) or _has_floats(dt.valueType)
+    if isinstance(dt, T.StructType):
+        return any(_has_floats(f.dataType) for f in dt.fields)
+    return False

@@ -15,7 +15,6 @@ not in the files, e.g. partition columns in directory names).
 from __future__ import annotations
 
 import heapq
-import os
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -82,22 +81,10 @@ def _conf_bytes(spark: SparkSession, key: str, default: int) -> int:
 
 
 def _task_slots(spark: SparkSession) -> int:
-    """How many tasks run at once, without a SparkContext.
+    """How many tasks run at once (the one rule: :func:`spark_dp.aggregates._partitioning.task_slots`)."""
+    from spark_dp.aggregates._partitioning import task_slots
 
-    ``local[N]`` gives N; otherwise ``spark.default.parallelism`` (on a
-    cluster Spark sets it to the executors' total cores), then
-    ``spark.sql.leafNodeDefaultParallelism``; 8 if none is set.
-    """
-    master = spark.conf.get("spark.master", None) or ""
-    if master.startswith("local"):
-        inner = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
-        inner = inner.split(",")[0]
-        return int(inner) if inner.isdigit() else (os.cpu_count() or 1)
-    for key in ("spark.default.parallelism", "spark.sql.leafNodeDefaultParallelism"):
-        value = spark.conf.get(key, None)
-        if value and value.isdigit() and int(value) > 0:
-            return int(value)
-    return 8
+    return task_slots(spark)
 
 
 def _plan_units(files: Sequence[str], max_partition: int, open_cost: int, slots: int) -> list[tuple[Unit, int]] | None:

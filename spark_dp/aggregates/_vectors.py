@@ -8,6 +8,7 @@ which the kernels then treat under the declared ``nonfinite`` policy.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
@@ -15,6 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_dp.aggregates._bounding import keep_rows_per_unit
+from spark_dp.aggregates._partitioning import partitions_for
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.params import NONFINITE_POLICIES  # declared once, pyspark-free
 
@@ -27,11 +29,48 @@ def _is_vector_udt(dt: T.DataType) -> bool:
     return type(dt).__name__ == "VectorUDT"
 
 
+#: Schemas already read, per DataFrame object: a classic DataFrame's ``schema``
+#: is a JVM round trip and a JSON parse on every access (Connect caches its own).
+_SCHEMAS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def schema_of(df: DataFrame) -> dict[str, T.StructField]:
+    """``df``'s fields by name, read once per DataFrame object."""
+    try:
+        fields = _SCHEMAS.get(df)
+    except TypeError:  # not weakly referenceable
+        return {f.name: f for f in df.schema.fields}
+    if fields is None:
+        fields = {f.name: f for f in df.schema.fields}
+        _SCHEMAS[df] = fields
+    return fields
+
+
 def _field(df: DataFrame, name: str) -> T.StructField:
-    for f in df.schema.fields:
-        if f.name == name:
-            return f
-    raise SchemaError(f"Column {name!r} not found; the input has columns {df.columns}.")
+    f = schema_of(df).get(name)
+    if f is None:
+        raise SchemaError(f"Column {name!r} not found; the input has columns {list(schema_of(df))}.")
+    return f
+
+
+def _quote(name: str) -> str:
+    """A column name as a SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def double_array(names: Sequence[str], *, nan_for_null: bool = False) -> Column:
+    """``array(CAST(c AS DOUBLE), …)`` over ``names`` as ONE SQL expression.
+
+    One expression string crosses to Spark whatever the number of columns
+    (building it from d ``F.col(...).cast(...)`` objects costs tens of JVM
+    round trips per column on classic Spark, and d nodes of plan messages on
+    Spark Connect). ``nan_for_null``: null values become NaN.
+    """
+    if nan_for_null:
+        items = [f"coalesce(CAST({_quote(c)} AS DOUBLE), CAST('NaN' AS DOUBLE))" for c in names]
+    else:
+        items = [f"CAST({_quote(c)} AS DOUBLE)" for c in names]
+    return F.expr(f"array({', '.join(items)})")
 
 
 def vectorize(
@@ -71,6 +110,34 @@ def vectorize(
     )
 
 
+def vector_columns(df: DataFrame, columns: Sequence[str], dimension: int | None = None
+                   ) -> tuple[list[T.StructField], int]:
+    """The schema checks of :func:`vector_frame` and d, from one schema read and no Spark call.
+
+    Returns ``(fields, d)``: the columns' fields (one array or ML-vector
+    column, or several numeric ones). Raises SchemaError / ConfigError as
+    :func:`vector_frame` does.
+    """
+    if isinstance(columns, str) or not columns:
+        raise ConfigError(f"The 'columns' parameter must be a non-empty list of column names. Got {columns!r} instead.")
+    fields = [_field(df, c) for c in columns]
+    f = fields[0]
+    if len(fields) == 1 and (isinstance(f.dataType, T.ArrayType | T.StructType) or _is_vector_udt(f.dataType)):
+        numeric_array = isinstance(f.dataType, T.ArrayType) and isinstance(f.dataType.elementType, _NUMERIC)
+        if not (numeric_array or _is_vector_udt(f.dataType)):
+            raise SchemaError(
+                f"Column {f.name!r} has type {f.dataType.simpleString()}; expected a numeric column, "
+                "an array of numbers or an ML vector."
+            )
+        return fields, _check_dimension(dimension, f.name)
+    for f in fields:
+        if not isinstance(f.dataType, _NUMERIC):
+            raise SchemaError(f"Column {f.name!r} has type {f.dataType.simpleString()}; expected a numeric type.")
+    if dimension is not None and dimension != len(fields):
+        raise ConfigError(f"The 'dimension' parameter ({dimension}) does not match the {len(fields)} columns given.")
+    return fields, len(fields)
+
+
 def vector_frame(
     df: DataFrame,
     columns: Sequence[str],
@@ -94,57 +161,55 @@ def vector_frame(
     ``max_rows_per_unit`` and ``selection_secret`` as for :func:`vectorize`
     (the selection hashes this frame's vector, as the kernels receive it).
     """
-    if isinstance(columns, str) or not columns:
-        raise ConfigError(f"The 'columns' parameter must be a non-empty list of column names. Got {columns!r} instead.")
-    fields = [_field(df, c) for c in columns]
-    if len(fields) == 1 and (isinstance(fields[0].dataType, T.ArrayType | T.StructType) or _is_vector_udt(fields[0].dataType)):
-        f = fields[0]
-        if _is_vector_udt(f.dataType):
-            from pyspark.ml.functions import vector_to_array
+    fields, d = vector_columns(df, columns, dimension)
+    f = fields[0]
+    if _is_vector_udt(f.dataType):
+        from pyspark.ml.functions import vector_to_array
 
-            arr: Column = vector_to_array(F.col(f.name), dtype="float64")
-        elif isinstance(f.dataType, T.ArrayType) and isinstance(f.dataType.elementType, T.DoubleType):
-            arr = F.col(f.name)
-        elif isinstance(f.dataType, T.ArrayType) and isinstance(f.dataType.elementType, _NUMERIC):
-            arr = F.col(f.name).cast(T.ArrayType(T.DoubleType()))
-        else:
-            raise SchemaError(
-                f"Column {f.name!r} has type {f.dataType.simpleString()}; expected a numeric column, "
-                "an array of numbers or an ML vector."
-            )
-        d = _check_dimension(dimension, f.name)
-        if _normalize:
-            arr = F.when(F.size(arr) == d, arr).otherwise(F.array_repeat(F.lit(float("nan")), d))
+        arr: Column = vector_to_array(F.col(f.name), dtype="float64")
+    elif isinstance(f.dataType, T.ArrayType) and isinstance(f.dataType.elementType, T.DoubleType):
+        arr = F.col(f.name)
+    elif isinstance(f.dataType, T.ArrayType):
+        arr = F.col(f.name).cast(T.ArrayType(T.DoubleType()))
     else:
-        for f in fields:
-            if not isinstance(f.dataType, _NUMERIC):
-                raise SchemaError(
-                    f"Column {f.name!r} has type {f.dataType.simpleString()}; expected a numeric type."
-                )
-        if dimension is not None and dimension != len(fields):
-            raise ConfigError(
-                f"The 'dimension' parameter ({dimension}) does not match the {len(fields)} columns given."
-            )
-        d = len(fields)
-        if _normalize:
-            arr = F.array(*[F.coalesce(F.col(f.name).cast("double"), F.lit(float("nan"))) for f in fields])
-        else:
-            arr = F.array(*[F.col(f.name).cast("double") for f in fields])
+        arr = double_array([f.name for f in fields], nan_for_null=_normalize)
+    if _normalize and (isinstance(f.dataType, T.ArrayType) or _is_vector_udt(f.dataType)):
+        arr = F.when(F.size(arr) == d, arr).otherwise(F.array_repeat(F.lit(float("nan")), d))
 
     if privacy_unit is not None:
-        _field(df, privacy_unit)
-        if max_rows_per_unit < 1:
-            raise ConfigError(
-                f"The 'max_rows_per_unit' parameter must be an int in the range [1, inf). Got {max_rows_per_unit!r} instead."
-            )
+        unit_type = check_unit(df, privacy_unit, max_rows_per_unit)
         # Contribution bounding: keep at most m rows per unit, ranked by a keyed
         # hash of (secret, unit, vector) with the vector as tie-break, so that a
         # recomputed frame keeps the same rows (see _bounding). The secret is
         # drawn here, once per frame: every pass over a cached frame shares it.
         rows = df.select(F.col(privacy_unit).alias(_UNIT_COL), arr.alias(VECTOR_COL))
-        rows = keep_rows_per_unit(rows, _UNIT_COL, [VECTOR_COL], max_rows_per_unit, secret=selection_secret)
+        # The bounding shuffle gets the one partitioning rule's count.
+        n = vector_partitions(df, [f.name for f in fields], d, privacy_unit)
+        rows = keep_rows_per_unit(rows, _UNIT_COL, [VECTOR_COL], max_rows_per_unit, secret=selection_secret,
+                                  partitions=n, unit_type=unit_type)
         return rows.select(VECTOR_COL), d
     return df.select(arr.alias(VECTOR_COL)), d
+
+
+def check_unit(df: DataFrame, privacy_unit: str, max_rows_per_unit: int) -> T.DataType:
+    """The unit column's type, after checking it exists and m ≥ 1 (SchemaError / ConfigError); no Spark call."""
+    f = _field(df, privacy_unit)
+    if max_rows_per_unit < 1:
+        raise ConfigError(
+            f"The 'max_rows_per_unit' parameter must be an int in the range [1, inf). Got {max_rows_per_unit!r} instead."
+        )
+    return f.dataType
+
+
+def vector_partitions(df: DataFrame, columns: Sequence[str], d: int, privacy_unit: str | None = None) -> int:
+    """The one partitioning rule (:mod:`._partitioning`) for shuffles and caches of ``df``'s vectors.
+
+    Sized from the input as Spark estimates it (no projection: selecting d
+    columns would cost d JVM round trips on classic Spark); one array or
+    vector column counts as d values (Spark assumes one). ``privacy_unit`` is
+    part of the input already.
+    """
+    return partitions_for(df, array_length=d if len(columns) == 1 and d > 1 else 1)
 
 
 def _check_dimension(dimension: int | None, name: str) -> int:

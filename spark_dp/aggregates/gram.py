@@ -36,7 +36,13 @@ from spark_dp.aggregates._parquet_tasks import (
     unit_blocks,
     units_of,
 )
-from spark_dp.aggregates._vectors import check_nonfinite, vector_frame
+from spark_dp.aggregates._vectors import (
+    check_nonfinite,
+    check_unit,
+    schema_of,
+    vector_columns,
+    vector_frame,
+)
 
 _PARTIAL_SCHEMA = "partial binary"
 
@@ -137,7 +143,7 @@ def gram_matrix(
 
 def vector_dimension(df: DataFrame, columns: Sequence[str], dimension: int | None = None) -> int:
     """d for ``columns`` (validates the schema; runs no Spark job)."""
-    return vector_frame(df, columns, dimension=dimension)[1]
+    return vector_columns(df, columns, dimension)[1]
 
 
 # -- direct Parquet path -------------------------------------------------------
@@ -204,8 +210,10 @@ def gram_matrix_parquet(
     check_nonfinite(nonfinite)
     spark, paths, df = source_frame(paths, spark)
     # Schema checks and d, exactly as the Spark path does them (no Spark job).
-    _, d = vector_frame(df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit)
-    fields = {f.name: f.dataType for f in df.schema.fields}
+    _, d = vector_columns(df, columns, dimension)
+    if privacy_unit is not None:
+        check_unit(df, privacy_unit, max_rows_per_unit)
+    fields = {name: f.dataType for name, f in schema_of(df).items()}
     columns = list(columns)
     layout = "list" if len(columns) == 1 and isinstance(fields[columns[0]], T.ArrayType) else "columns"
     if len(columns) == 1 and layout == "columns" and not isinstance(fields[columns[0]], T.NumericType):

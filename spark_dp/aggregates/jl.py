@@ -59,7 +59,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_dp.aggregates._blocks import apply_nonfinite, batch_to_block, clip_rows
-from spark_dp.aggregates._vectors import VECTOR_COL, check_nonfinite, vectorize
+from spark_dp.aggregates._partitioning import partitions_for
+from spark_dp.aggregates._vectors import (
+    VECTOR_COL,
+    check_nonfinite,
+    vector_partitions,
+    vectorize,
+)
 from spark_dp.params import ROW_IDS  # declared once, pyspark-free
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
@@ -203,9 +209,17 @@ def jl_partials_fn(
     return partials
 
 
-def row_id_frame(frame: DataFrame) -> DataFrame:
-    """(x, h1, h2, count): distinct rows with their content ids and multiplicities."""
-    grouped = frame.groupBy(VECTOR_COL).count()
+def row_id_frame(frame: DataFrame, partitions: int | None = None) -> DataFrame:
+    """(x, h1, h2, count): distinct rows with their content ids and multiplicities.
+
+    ``partitions``: the shuffle's partition count (None: the one rule of
+    :mod:`spark_dp.aggregates._partitioning` on ``frame``), never
+    ``spark.sql.shuffle.partitions``.
+    """
+    if partitions is None:
+        partitions = partitions_for(frame)
+    # An explicit hash exchange on the row: the groupBy plans none of its own.
+    grouped = frame.repartition(int(partitions), F.col(VECTOR_COL)).groupBy(VECTOR_COL).count()
     return grouped.select(
         F.col(VECTOR_COL),
         F.xxhash64(F.col(VECTOR_COL)).alias("h1"),
@@ -247,7 +261,7 @@ def jl_projection(
     frame, d = vectorize(df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit)
     if row_ids not in ROW_IDS:
         raise ValueError(f"unknown row_ids {row_ids!r}; expected one of {list(ROW_IDS)}")
-    ids = row_id_frame(frame) if row_ids == "content" else frame
+    ids = row_id_frame(frame, vector_partitions(df, columns, d, privacy_unit)) if row_ids == "content" else frame
     out = ids.mapInArrow(jl_partials_fn(d, int(r), float(norm_bound), nonfinite, int(key), row_ids), _PARTIAL_SCHEMA)
     total = np.zeros((r, d), dtype=np.float64)
     for value in out.toArrow().column("partial").to_pylist():

@@ -57,12 +57,20 @@ from spark_dp.aggregates._parquet_tasks import (
     unit_blocks,
     units_of,
 )
-from spark_dp.aggregates._vectors import VECTOR_COL, check_nonfinite, vector_frame, vectorize
+from spark_dp.aggregates._vectors import (
+    VECTOR_COL,
+    check_nonfinite,
+    schema_of,
+    vector_columns,
+    vector_partitions,
+    vectorize,
+)
 from spark_dp.aggregates._worker_cache import DEFAULT_CACHE_BYTES
 from spark_dp.errors import ConfigError
 
 PASS_COL = "__spark_dp_pass"
 _COPY_COL = "__spark_dp_copy"
+_HASH_COL = "__spark_dp_row_hash"
 _PARTIAL_SCHEMA = "partial binary"
 
 
@@ -166,13 +174,36 @@ def prepare_rows(
         ``(frame, d)``.
     """
     frame, d = vectorize(df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit)
+    # One partition count for the shuffle and the cache (the one rule, never
+    # spark.sql.shuffle.partitions): every later pass runs that many tasks.
+    n = vector_partitions(df, columns, d, privacy_unit)
     if passes is not None:
-        copies = Window.partitionBy(VECTOR_COL).orderBy(VECTOR_COL)
-        frame = frame.withColumn(_COPY_COL, F.row_number().over(copies)).select(
+        # Copies of a row must meet: one explicit hash exchange on the vector
+        # (the window then plans none of its own). Sorting each partition by
+        # pass lets a pass skip the cached batches of other passes (Spark's
+        # in-memory batch statistics), so fresh mode costs this one shuffle
+        # more than reuse mode, not a full scan per pass.
+        #
+        # c numbers the copies of x: the rows of one x are consecutive when a
+        # partition is ordered by x (array order compares doubles with
+        # -0.0 = 0.0 and NaN = NaN, as grouping by x does), so c = row_number −
+        # rank + 1. The window is partitioned by xxhash64(x) (equal for equal x,
+        # which hashes the same way) rather than by x itself: Spark normalises
+        # a floating-point partition key, and an exchange on the raw x would
+        # not satisfy it (a second exchange, of spark.sql.shuffle.partitions).
+        h = F.xxhash64(F.col(VECTOR_COL))
+        copies = Window.partitionBy(_HASH_COL).orderBy(VECTOR_COL)
+        frame = frame.withColumn(_HASH_COL, h).repartition(n, F.col(_HASH_COL))
+        copy = F.row_number().over(copies) - F.rank().over(copies) + F.lit(1)
+        frame = frame.withColumn(_COPY_COL, copy).select(
             VECTOR_COL,
             F.pmod(F.xxhash64(F.lit(int(seed) & (2**63 - 1)), F.col(VECTOR_COL), F.col(_COPY_COL)),
                    F.lit(int(passes))).alias(PASS_COL),
-        )
+        ).sortWithinPartitions(PASS_COL)
+    elif privacy_unit is None:
+        # Never more cached partitions (tasks per pass) than the rule's; fewer
+        # input partitions are kept as they are (no shuffle).
+        frame = frame.coalesce(n)
     if cache:
         frame = frame.cache()
     return frame, d
@@ -355,11 +386,11 @@ def parquet_rows(
     if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int | np.integer) or cache_bytes < 0:
         raise ConfigError(f"The 'cache_bytes' parameter must be an int >= 0. Got {cache_bytes!r} instead.")
     spark, paths, df = source_frame(paths, spark)
-    _, d = vector_frame(df, columns, dimension=dimension)  # schema checks and d, as prepare_rows does them
+    _, d = vector_columns(df, columns, dimension)  # schema checks and d, as prepare_rows does them
     if privacy_unit is not None:
         return None
     columns = list(columns)
-    fields = {f.name: f.dataType for f in df.schema.fields}
+    fields = {name: f.dataType for name, f in schema_of(df).items()}
     layout = "list" if len(columns) == 1 and isinstance(fields[columns[0]], T.ArrayType) else "columns"
     if len(columns) == 1 and layout == "columns" and not isinstance(fields[columns[0]], T.NumericType):
         return None  # ML vectors

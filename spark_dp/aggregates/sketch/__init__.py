@@ -17,12 +17,19 @@ The build is pure Spark SQL (no Python UDFs, no RDDs, Spark Connect-safe):
 4. per repetition i: bucket = pmod(xxhash64(sᵢ, item), b) and
    sign = 1 − 2·(xxhash64(sᵢ ⊕ SALT, item) & 1) (see
    :mod:`spark_dp.aggregates.xxh64`, which reproduces the values in numpy);
-   one ``explode`` of the k (rep, bucket, sign·w) structs, then
-   ``groupBy(rep, bucket).sum``;
+   one ``explode`` of the k (rep, bucket, sign·w) structs, then the sum per
+   counter rep·b + bucket;
 5. optional per-unit clipping in sketch space: sum per (unit, rep, bucket),
    scale each unit's per-repetition vector to L2 norm ≤ C, then sum.
 
-Only the ≤ k·b non-zero counters come back to the driver.
+Shuffles (issue #17): contribution bounding hash-partitions the rows by
+unit into the one rule's count (:mod:`spark_dp.aggregates._partitioning`),
+so the per-unit steps 3 and 5 plan no other exchange; without a unit,
+step 3 pre-sums per item within each partition; the final sums per counter
+(and per histogram bin) are summed per partition in Arrow
+(``np.bincount``) and on the driver, with no shuffle, so no step depends on
+``spark.sql.shuffle.partitions``. Only the ≤ k·b non-zero counters of each
+partition come back to the driver.
 
 **The Arrow kernel** (``method="arrow"``, the default wherever it applies)
 computes the very same table faster: steps 1–2 stay in Spark SQL
@@ -40,7 +47,8 @@ literally the same code), then one ``mapInArrow`` pass per partition
 5'. ``np.bincount`` of rep·b + bucket with weights sign·w into one k×b
     partial per partition (shipped sparse when that is smaller), summed on
     the driver; for k·b > :data:`DENSE_MAX_COUNTERS` each chunk yields sparse
-    (index, sum) rows instead, merged by one ``groupBy``.
+    (index, sum) rows instead, merged by one ``groupBy`` after an explicit
+    hash exchange on the index (the one partitioning rule).
 
 The kernel cannot do per-unit clipping in sketch space (step 5 needs all of
 a unit's rows together): ``unit_l2_bound`` always uses the SQL build. Float

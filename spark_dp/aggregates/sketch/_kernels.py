@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_dp.aggregates._partitioning import partitions_for
 from spark_dp.aggregates.sketch._prepare import ITEM, WEIGHT
 from spark_dp.aggregates.xxh64 import sign_seed, spark_seed_states, xxh64_long_columns, xxh64_string_columns
 
@@ -237,6 +238,87 @@ class _HistogramKernel(_SketchKernel):
         return vals[keep], wv
 
 
+class _IndexSumKernel:
+    """Per partition: the sums of ``v`` per index of (idx, v) rows with 0 ≤ idx < size.
+
+    The final step of the SQL builds (counters, bins): a dense partial per
+    partition (``np.bincount``), or sparse (distinct index, sum) rows for
+    sizes above :data:`DENSE_MAX_COUNTERS`, in the kernels' partial format
+    (:func:`_collect`). Summing per partition here replaces a ``groupBy``
+    whose exchange would take the session's ``spark.sql.shuffle.partitions``.
+    """
+
+    def __init__(self, size: int, dense: bool) -> None:
+        self.size, self.dense = int(size), bool(dense)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        acc = None
+        parts = []
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            idx = batch.column(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            v = batch.column(1).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+            if self.dense:
+                part = np.bincount(idx, weights=v, minlength=self.size)
+                acc = part if acc is None else acc + part
+            else:
+                parts.append((idx, v))
+        if self.dense:
+            if acc is not None:
+                yield _SketchKernel.dense_batch(acc)
+        elif parts:
+            idx = np.concatenate([p[0] for p in parts])
+            v = np.concatenate([p[1] for p in parts])
+            uniq, inv = np.unique(idx, return_inverse=True)
+            yield _SketchKernel.sparse_batch((uniq, np.bincount(inv, weights=v, minlength=uniq.size)))
+
+
+def sum_by_index(frame: DataFrame, size: int) -> np.ndarray:
+    """Σ v per index of ``frame``'s (idx bigint, v double) rows, 0 ≤ idx < size, as a float64 array of ``size``."""
+    dense = size <= DENSE_MAX_COUNTERS
+    partials = frame.mapInArrow(_IndexSumKernel(size, dense), _partials_schema(dense))
+    return _collect(partials, 1, size, dense).reshape(-1)
+
+
+class _ItemPresum:
+    """Per partition: (ITEM, WEIGHT) rows with the weights of each distinct item summed (Arrow's hash group-by).
+
+    The pre-aggregation of the SQL builds without a privacy unit: the sums
+    are linear, so summing per item within each chunk of a partition before
+    the k-fold expansion gives the same table as a global ``groupBy`` (up to
+    float summation order), with no shuffle. Null items form one item.
+    """
+
+    def __init__(self, chunk_rows: int = CHUNK_ROWS) -> None:
+        self.chunk_rows = int(chunk_rows)
+
+    def _flush(self, pending: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        table = pa.Table.from_batches(pending).group_by(ITEM).aggregate([(WEIGHT, "sum")])
+        table = table.select([ITEM, f"{WEIGHT}_sum"]).rename_columns([ITEM, WEIGHT])
+        yield from table.to_batches()
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        pending: list[pa.RecordBatch] = []
+        rows = 0
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            pending.append(batch)
+            rows += batch.num_rows
+            if rows >= self.chunk_rows:
+                yield from self._flush(pending)
+                pending, rows = [], 0
+        if pending:
+            yield from self._flush(pending)
+
+
+def presum_items(rows: DataFrame, kind: str) -> DataFrame:
+    """(ITEM, WEIGHT) rows pre-summed per distinct item within each partition (see :class:`_ItemPresum`)."""
+    schema = f"{ITEM} {'bigint' if kind == 'long' else 'string'}, {WEIGHT} double"
+    return rows.select(ITEM, WEIGHT).mapInArrow(_ItemPresum(), schema)
+
+
 def _partials_schema(dense: bool) -> str:
     """The schema of a kernel's partials: one dense (or sparse-packed) row per partition, or sparse rows."""
     return _DENSE_SCHEMA if dense else _SPARSE_SCHEMA
@@ -271,7 +353,10 @@ def _collect(partials: DataFrame, k: int, b: int, dense: bool) -> np.ndarray:
             else:  # indices are distinct within one partial
                 out[np.frombuffer(idx, dtype=np.int64)] += vals
     else:
-        table = partials.groupBy("idx").agg(F.sum("v").alias("v")).toArrow()
+        # The partials hold distinct indices per partition already: one explicit
+        # hash exchange on the index (the one partitioning rule), then the sums.
+        n = partitions_for(partials)
+        table = partials.repartition(n, F.col("idx")).groupBy("idx").agg(F.sum("v").alias("v")).toArrow()
         if table.num_rows:
             out[table.column("idx").to_numpy()] = table.column("v").to_numpy()
     return out.reshape(k, b)

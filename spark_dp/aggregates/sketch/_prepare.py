@@ -17,6 +17,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_dp.aggregates._bounding import keep_rows_per_unit
+from spark_dp.aggregates._partitioning import partitions_for
+from spark_dp.aggregates._vectors import schema_of
 from spark_dp.errors import ConfigError, SchemaError
 
 ITEM = "__sk_item"
@@ -30,10 +32,10 @@ _NUMERIC = (*_INTEGRAL, T.FloatType, T.DoubleType, T.DecimalType)
 
 
 def _field(df: DataFrame, name: str) -> T.StructField:
-    for f in df.schema.fields:
-        if f.name == name:
-            return f
-    raise SchemaError(f"Column {name!r} not found; the input has columns {df.columns}.")
+    f = schema_of(df).get(name)  # the schema is read once per DataFrame
+    if f is None:
+        raise SchemaError(f"Column {name!r} not found; the input has columns {list(schema_of(df))}.")
+    return f
 
 
 def item_kind(df: DataFrame, column: str) -> str:
@@ -99,7 +101,7 @@ def prepare_items(
             raise SchemaError(f"Column {weight!r} has type {wf.dataType.simpleString()}; a weight must be numeric.")
         cols.append(F.col(weight).cast("double").alias(WEIGHT))
     if privacy_unit is not None:
-        _field(df, privacy_unit)
+        unit_type = _field(df, privacy_unit).dataType
         cols.append(F.col(privacy_unit).alias(UNIT))
     out = df.select(*cols)
     if nulls == "drop":
@@ -120,7 +122,8 @@ def prepare_items(
         # Ranked by a keyed hash of (secret, unit, item, weight), the normalised
         # values the table uses, with (item, weight) as tie-break: a recomputed
         # frame keeps the same rows (see _bounding).
-        out = keep_rows_per_unit(out, UNIT, [ITEM, WEIGHT], max_items_per_unit, secret=selection_secret)
+        out = keep_rows_per_unit(out, UNIT, [ITEM, WEIGHT], max_items_per_unit, secret=selection_secret,
+                                 partitions=partitions_for(df), unit_type=unit_type)
     return out, kind
 
 

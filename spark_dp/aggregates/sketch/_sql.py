@@ -1,7 +1,7 @@
 """The exact tables of a DataFrame: the Spark SQL builds, and the choice of the Arrow kernel.
 
 Steps 3–5 of :mod:`spark_dp.aggregates.sketch` as Spark SQL (Spark's own
-``xxhash64``, one ``explode`` + ``groupBy``), for :func:`sketch_table`,
+``xxhash64``, one ``explode``, sums per counter), for :func:`sketch_table`,
 :func:`histogram_table`, :func:`dyadic_tables` and the post-processing
 :func:`sketch_lookup`; ``method`` picks the Arrow kernel
 (:mod:`._kernels`) instead wherever it applies.
@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from spark_dp.aggregates._partitioning import partitions_for
 from spark_dp.aggregates.sketch import _kernels
 from spark_dp.aggregates.sketch._kernels import _DyadicKernel, _run_kernel
 from spark_dp.aggregates.sketch._prepare import (
@@ -52,6 +53,20 @@ def sign_column(item: Column, seed: int) -> Column:
 def hashed_id_column(item: Column, seed: int, levels: int) -> Column:
     """The public domain hash of a dyadic release: xxhash64(seed, item) & (2^L − 1), a bigint in [0, 2^L)."""
     return F.xxhash64(_seed_lit(seed), item).bitwiseAND(F.lit((1 << int(levels)) - 1).cast("long"))
+
+
+def _preaggregate(rows: DataFrame, kind: str, by_unit: bool) -> DataFrame:
+    """Step 3: weights summed per (unit, item), or per item within each partition without a unit.
+
+    With a unit the rows come hash-partitioned by the unit from contribution
+    bounding (:func:`~spark_dp.aggregates._bounding.keep_rows_per_unit`), so
+    the ``groupBy`` plans no exchange. Without one, a global ``groupBy`` would
+    shuffle into ``spark.sql.shuffle.partitions`` partitions; the final sums
+    are per index and linear, so a per-partition pre-sum gives the same table.
+    """
+    if by_unit:
+        return rows.groupBy(UNIT, ITEM).agg(F.sum(WEIGHT).alias(WEIGHT))
+    return _kernels.presum_items(rows, kind)
 
 
 def sketch_table(
@@ -108,9 +123,8 @@ def sketch_table(
     if method == "arrow" or (method == "auto" and unit_l2_bound is None):
         return _kernels._arrow_table(rows, kind, seeds, buckets, signed=signed, weighted=weight is not None,
                                      preaggregate=preaggregate)
-    keys = [ITEM] if privacy_unit is None else [UNIT, ITEM]
     if preaggregate:
-        rows = rows.groupBy(*keys).agg(F.sum(WEIGHT).alias(WEIGHT))
+        rows = _preaggregate(rows, kind, privacy_unit is not None)
     item, w = F.col(ITEM), F.col(WEIGHT)
     reps = []
     for i, seed in enumerate(seeds):
@@ -124,11 +138,10 @@ def sketch_table(
         norm = F.sqrt(F.sum(F.col("v") * F.col("v")).over(Window.partitionBy(UNIT, "rep")))
         scale = F.when(norm > F.lit(float(unit_l2_bound)), F.lit(float(unit_l2_bound)) / norm).otherwise(F.lit(1.0))
         exploded = per_unit.select("rep", "bucket", (F.col("v") * scale).alias("v"))
-    table = exploded.groupBy("rep", "bucket").agg(F.sum("v").alias("v")).toArrow()
-    out = np.zeros((len(seeds), int(buckets)), dtype=np.float64)
-    if table.num_rows:
-        out[table.column("rep").to_numpy(), table.column("bucket").to_numpy()] = table.column("v").to_numpy()
-    return out
+    b = int(buckets)
+    idx = (F.col("rep").cast("long") * F.lit(b).cast("long") + F.col("bucket")).alias("idx")
+    return _kernels.sum_by_index(exploded.select(idx, F.col("v").cast("double").alias("v")), len(seeds) * b).reshape(
+        len(seeds), b)
 
 
 def histogram_table(
@@ -171,11 +184,7 @@ def histogram_table(
             T.StructType([T.StructField(ITEM, typ, True), T.StructField("idx", T.LongType(), False)]),
         )
         idx = rows.join(F.broadcast(dom), on=rows[ITEM].eqNullSafe(dom[ITEM]), how="inner").select("idx", WEIGHT)
-    table = idx.groupBy("idx").agg(F.sum(WEIGHT).alias("v")).toArrow()
-    out = np.zeros(d, dtype=np.float64)
-    if table.num_rows:
-        out[table.column("idx").to_numpy()] = table.column("v").to_numpy()
-    return out
+    return _kernels.sum_by_index(idx.select(F.col("idx").cast("long"), F.col(WEIGHT).alias("v")), d)
 
 
 def sketch_lookup(
@@ -206,7 +215,8 @@ def sketch_lookup(
         )
     k, b = sketch.shape
     item = F.col(column).cast("long" if kind == "long" else "string")
-    items = candidates.select(item.alias("item")).distinct()
+    items = candidates.select(item.alias("item"))
+    items = items.repartition(partitions_for(items), F.col("item")).distinct()  # the one rule, no exchange of its own
     reps = []
     for i, seed in enumerate(seeds):
         sign = sign_column(F.col("item"), seed) if signed else F.lit(1).cast("long")
@@ -270,12 +280,11 @@ def dyadic_tables(
         kernel = _DyadicKernel(kind, seeds, b, levels, hash_seed, weighted=weight is not None, preaggregate=True,
                                dense=dense)
         return _run_kernel(rows, kernel).reshape(levels, k, b)
-    keys = [ITEM] if privacy_unit is None else [UNIT, ITEM]
     if hash_seed is None:
         rows = rows.where((F.col(ITEM) >= 0) & (F.col(ITEM) < F.lit(1 << levels).cast("long")))
     else:
         rows = rows.withColumn(ITEM, hashed_id_column(F.col(ITEM), hash_seed, levels))
-    rows = rows.groupBy(*keys).agg(F.sum(WEIGHT).alias(WEIGHT))
+    rows = _preaggregate(rows, "long", privacy_unit is not None)
     w = F.col(WEIGHT)
     structs = []
     for lvl in range(1, levels + 1):
@@ -286,10 +295,6 @@ def dyadic_tables(
                 bucket_column(prefix, seed, buckets).alias("bucket"), (w * sign_column(prefix, seed)).alias("v"),
             ))
     exploded = rows.select(F.explode(F.array(*structs)).alias("__sk_e")).select("__sk_e.*")
-    table = exploded.groupBy("level", "rep", "bucket").agg(F.sum("v").alias("v")).toArrow()
-    out = np.zeros((levels, k, b), dtype=np.float64)
-    if table.num_rows:
-        out[table.column("level").to_numpy(), table.column("rep").to_numpy(), table.column("bucket").to_numpy()] = (
-            table.column("v").to_numpy()
-        )
-    return out
+    idx = ((F.col("level").cast("long") * F.lit(k) + F.col("rep")) * F.lit(b).cast("long") + F.col("bucket")).alias("idx")
+    return _kernels.sum_by_index(exploded.select(idx, F.col("v").cast("double").alias("v")), levels * k * b).reshape(
+        levels, k, b)
