@@ -539,10 +539,10 @@ SKETCH_CASES = {  # mechanism: (k, b, m, independent scale, sensitivity); m = 4 
 }
 
 
-def sketch_white(mech):
+def sketch_white(mech, neighbors="add_remove"):
     def white(tmp, under, sampler=None):
-        k, b, m, scale, _ = SKETCH_CASES[mech]
-        plan = plan_sketch(mech, epsilon=EPS, delta=DELTA, repetitions=k, max_items_per_unit=m)
+        k, b, m, scale, _ = (SKETCH_CASES if neighbors == "add_remove" else SKETCH_REPLACE)[mech]
+        plan = plan_sketch(mech, epsilon=EPS, delta=DELTA, repetitions=k, max_items_per_unit=m, neighbors=neighbors)
         cp = charged(tmp, plan.events, sampler or (UnderNoised() if under else NumpySampler()))
         noise = release_table(plan, np.zeros((b,) if mech == "histogram" else (k, b)), cp)
         assert not cp.unused_events
@@ -553,11 +553,12 @@ def sketch_white(mech):
     return white
 
 
-def sketch_black(mech):
+def sketch_black(mech, neighbors="add_remove"):
     def black(tmp, under):
-        k, b, m, _, sens = SKETCH_CASES[mech]
-        plan = plan_sketch(mech, epsilon=EPS, delta=DELTA, repetitions=k, max_items_per_unit=m)
-        tables = _unit_tables(k, b, m, signed=mech == "private_count_sketch")
+        k, b, m, _, sens = (SKETCH_CASES if neighbors == "add_remove" else SKETCH_REPLACE)[mech]
+        plan = plan_sketch(mech, epsilon=EPS, delta=DELTA, repetitions=k, max_items_per_unit=m, neighbors=neighbors)
+        tables = (_unit_tables if neighbors == "add_remove" else _replace_tables)(
+            k, b, m, signed=mech == "private_count_sketch")
         if mech == "histogram":
             tables = tuple(t[0] for t in tables)
 
@@ -593,34 +594,6 @@ SKETCH_REPLACE = {  # mechanism: (k, b, m, independent scale, sensitivity) under
     "count_min": (4, 50, 4, 2 * 4 * 4 / EPS, 2 * 4 * 4.0),
     "histogram": (1, 150, 4, Z1 * math.sqrt(2) * 4, math.sqrt(2) * 4),
 }
-
-
-def sketch_replace_white(mech):
-    def white(tmp, under):
-        k, b, m, scale, _ = SKETCH_REPLACE[mech]
-        plan = plan_sketch(mech, epsilon=EPS, delta=DELTA, repetitions=k, max_items_per_unit=m, neighbors="replace")
-        cp = charged(tmp, plan.events, UnderNoised() if under else NumpySampler())
-        noise = release_table(plan, np.zeros((b,) if mech == "histogram" else (k, b)), cp)
-        assert not cp.unused_events
-        return laplace_scale_pvalue(noise, scale) if mech == "count_min" else chi2_variance_pvalue(noise, scale)
-
-    return white
-
-
-def sketch_replace_black(mech):
-    def black(tmp, under):
-        k, b, m, _, sens = SKETCH_REPLACE[mech]
-        plan = plan_sketch(mech, epsilon=EPS, delta=DELTA, repetitions=k, max_items_per_unit=m, neighbors="replace")
-        tables = _replace_tables(k, b, m, signed=mech == "private_count_sketch")
-        if mech == "histogram":
-            tables = tuple(t[0] for t in tables)
-
-        def run(w, cp_for):
-            release_table(plan, tables[w], cp_for(plan.events))
-
-        return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp, expected_sensitivity=sens)
-
-    return black
 
 
 K_L2, B_L2, M_L2 = 5, 30, 4
@@ -866,15 +839,15 @@ ROWS = [
         "χ² on 105 upper-triangle draws", N6 + " (3 releases)", HALF),
     Row("sketch", "private_count_sketch sketch_l2 m=4", G1, EPS, DELTA, sketch_l2_white, sketch_l2_black,
         "χ² on 150 counters", N3, HALF),
-    Row("sketch", "private_count_sketch m=4 replace", G1, EPS, DELTA, sketch_replace_white("private_count_sketch"),
-        sketch_replace_black("private_count_sketch"), "χ² on 150 counters", N3, HALF),
-    Row("sketch", "count_mean m=4 replace", G1, EPS, DELTA, sketch_replace_white("count_mean"),
-        sketch_replace_black("count_mean"), "χ² on 150 counters", N3, HALF),
-    Row("sketch", "count_min (Laplace) m=4 replace", "(1, 0)", EPS, 0.0, sketch_replace_white("count_min"),
-        sketch_replace_black("count_min"), "Σ|noise|/b ~ Gamma(n) on 200 counters", N3 + " (LLR statistic)",
+    Row("sketch", "private_count_sketch m=4 replace", G1, EPS, DELTA, sketch_white("private_count_sketch", "replace"),
+        sketch_black("private_count_sketch", "replace"), "χ² on 150 counters", N3, HALF),
+    Row("sketch", "count_mean m=4 replace", G1, EPS, DELTA, sketch_white("count_mean", "replace"),
+        sketch_black("count_mean", "replace"), "χ² on 150 counters", N3, HALF),
+    Row("sketch", "count_min (Laplace) m=4 replace", "(1, 0)", EPS, 0.0, sketch_white("count_min", "replace"),
+        sketch_black("count_min", "replace"), "Σ|noise|/b ~ Gamma(n) on 200 counters", N3 + " (LLR statistic)",
         "sampler at b/2"),
-    Row("sketch", "histogram m=4 replace", G1, EPS, DELTA, sketch_replace_white("histogram"),
-        sketch_replace_black("histogram"), "χ² on 150 bins", N3, HALF),
+    Row("sketch", "histogram m=4 replace", G1, EPS, DELTA, sketch_white("histogram", "replace"),
+        sketch_black("histogram", "replace"), "χ² on 150 bins", N3, HALF),
 ]
 def row_id(r: Row) -> str:
     return f"{r.family}:{r.name}".replace("=", "")  # '=' would break pytest's -k expressions

@@ -37,6 +37,22 @@ def _pmod(h: np.ndarray, buckets: int) -> np.ndarray:
     return np.mod(h.view(np.int64), np.int64(buckets))
 
 
+
+def _chunks(batches: Iterator[pa.RecordBatch], chunk_rows: int) -> Iterator[list[pa.RecordBatch]]:
+    """A partition's non-empty batches in lists of at least ``chunk_rows`` rows (the last list may be shorter)."""
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= chunk_rows:
+            yield pending
+            pending, rows = [], 0
+    if pending:
+        yield pending
+
 class _SketchKernel:
     """Per-partition state of the Arrow build: chunks of rows → k×b counters.
 
@@ -128,31 +144,12 @@ class _SketchKernel:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         acc = None
-        pending: list[pa.RecordBatch] = []
-        rows = 0
-
-        def flush():
-            nonlocal acc
+        for pending in _chunks(batches, self.chunk_rows):
             out = self.chunk(pending)
             if self.dense:
                 acc = out if acc is None else acc + out
-                return None
-            return self.sparse_batch(out)
-
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            pending.append(batch)
-            rows += batch.num_rows
-            if rows >= self.chunk_rows:
-                out = flush()
-                if out is not None:
-                    yield out
-                pending, rows = [], 0
-        if pending:
-            out = flush()
-            if out is not None:
-                yield out
+            else:
+                yield self.sparse_batch(out)
         if self.dense and acc is not None:
             yield self.dense_batch(acc)
 
@@ -299,17 +296,7 @@ class _ItemPresum:
         yield from table.to_batches()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        pending: list[pa.RecordBatch] = []
-        rows = 0
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            pending.append(batch)
-            rows += batch.num_rows
-            if rows >= self.chunk_rows:
-                yield from self._flush(pending)
-                pending, rows = [], 0
-        if pending:
+        for pending in _chunks(batches, self.chunk_rows):
             yield from self._flush(pending)
 
 
