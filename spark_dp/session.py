@@ -31,7 +31,7 @@ from spark_dp.privacy import Budget, NoiseSampler, make_sampler, open_ledger
 from spark_dp.privacy.ledger import DatasetStatus
 from spark_dp.privacy.noise import SAMPLERS
 from spark_dp.release import Release
-from spark_dp.release.pipeline import stored_release, unit_of  # noqa: F401 - unit_of re-exported
+from spark_dp.release.pipeline import stored_release
 from spark_dp.second_moment.api import linear_regression as _linear_regression
 from spark_dp.second_moment.api import pca as _pca
 from spark_dp.second_moment.api import second_moment as _second_moment
