@@ -214,17 +214,7 @@ def audit_releases(ledger: Ledger, root: str) -> AuditReport:
         raise ConfigError(f"The output root {root!r} does not exist or is not a directory.")
     found: dict[str, str] = {}  # release id → directory, for the charges' side
 
-    dirs, others = _release_dirs(root)
-    for path in others:
-        if os.path.basename(path) == NONPRIVATE_DIR:
-            continue
-        add(Finding("skipped", None, path, "a directory without manifest.json: not a release"))
-    for path in dirs:
-        try:
-            manifest = _read_manifest(path)
-        except (OSError, ValueError) as exc:
-            add(Finding("unreadable", None, path, f"manifest.json cannot be read: {exc}"))
-            continue
+    for path, manifest in _manifests(root, add, skip=(NONPRIVATE_DIR,)):
         rid = manifest.get("release_id")
         if not isinstance(rid, str):
             add(Finding("unreadable", None, path, "manifest.json has no release_id"))
@@ -261,15 +251,7 @@ def audit_releases(ledger: Ledger, root: str) -> AuditReport:
 
     npdir = os.path.join(root, NONPRIVATE_DIR)
     if os.path.isdir(npdir):
-        np_dirs, np_others = _release_dirs(npdir)
-        for path in np_others:
-            add(Finding("skipped", None, path, "a directory without manifest.json: not a release"))
-        for path in np_dirs:
-            try:
-                manifest = _read_manifest(path)
-            except (OSError, ValueError) as exc:
-                add(Finding("unreadable", None, path, f"manifest.json cannot be read: {exc}"))
-                continue
+        for path, manifest in _manifests(npdir, add):
             rid = manifest.get("release_id")
             if rid in charges:
                 add(Finding("mismatch", rid, path, "a non-private release (under nonprivate/) has a ledger charge"))
@@ -293,6 +275,25 @@ def audit_releases(ledger: Ledger, root: str) -> AuditReport:
         else:
             add(Finding("elsewhere", rid, charge.location, f"charged ({where}); written outside this root"))
     return report
+
+
+def _manifests(directory: str, add, *, skip: tuple[str, ...] = ()):
+    """(path, manifest) of each release directory in ``directory``.
+
+    Sub-directories without a manifest (but those named in ``skip``) and
+    unreadable manifests are reported through ``add`` instead.
+    """
+    dirs, others = _release_dirs(directory)
+    for path in others:
+        if os.path.basename(path) not in skip:
+            add(Finding("skipped", None, path, "a directory without manifest.json: not a release"))
+    for path in dirs:
+        try:
+            manifest = _read_manifest(path)
+        except (OSError, ValueError) as exc:
+            add(Finding("unreadable", None, path, f"manifest.json cannot be read: {exc}"))
+            continue
+        yield path, manifest
 
 
 def _declares_public(manifest: dict[str, Any]) -> bool:
