@@ -9,6 +9,7 @@ read once per DataFrame). Not a timing test.
 from __future__ import annotations
 
 import contextlib
+import gc
 
 import numpy as np
 import pytest
@@ -19,20 +20,31 @@ from spark_dp.errors import ConfigError, SchemaError
 
 @contextlib.contextmanager
 def py4j_calls():
+    import threading
+
     import py4j.clientserver as cs
 
     orig = cs.ClientServerConnection.send_command
     n = [0]
+    caller = threading.get_ident()
 
     def counting(self, command):
-        n[0] += 1
+        # Only this thread's calls: a full suite leaves other threads (progress bars, listeners from earlier
+        # tests) that talk to the JVM at any time.
+        if threading.get_ident() == caller:
+            n[0] += 1
         return orig(self, command)
 
+    # Py4J frees a Java object when its Python proxy is collected, with a JVM call from whichever thread
+    # collects: collect the earlier tests' garbage now and none while counting.
+    gc.collect()
+    gc.disable()
     cs.ClientServerConnection.send_command = counting
     try:
         yield n
     finally:
         cs.ClientServerConnection.send_command = orig
+        gc.enable()
 
 
 def _wide(spark, d):
