@@ -107,6 +107,14 @@ class Optional(Constraint):
         return None if value is None else self.inner.check(name, value, owner=owner)
 
 
+@dataclass(frozen=True)
+class TableName(Constraint):
+    """A catalog table name: ``tbl``, ``db.tbl`` or ``catalog.db.tbl`` (backquoted parts allowed)."""
+
+    def check(self, name: str, value: Any, *, owner: str) -> str:
+        return check_table_name(V.check_str(name, value, owner=owner), key=name)
+
+
 POSITIVE = Real(0, math.inf, low_open=True)
 
 #: The shared parameters, by their API keyword. Family-specific option lists
