@@ -31,7 +31,7 @@ PRIVACY_KEYS = ("epsilon", "delta", "norm_bound", "neighbors", "sampler", "mode"
 # mechanism on the dataset's rows (tensor online_power_method); see tensor.api.
 PRIVACY_MODES = ("dp", "none")
 LEDGER_KEYS = ("uri", "epsilon_limit", "delta_limit", "lifetime_epsilon_limit", "lifetime_delta_limit")
-OUTPUT_KEYS = ("path", "format", "table")
+OUTPUT_KEYS = ("path", "format", "table", "confidence")
 TABLE_FORMATS = ("parquet", "delta")
 LARGE_EPSILON = 5.0
 
@@ -146,12 +146,14 @@ class OutputConfig:
     """The ``output`` section: the release directory root (always), and optionally a warehouse table.
 
     ``format`` is the table's format (``parquet`` or ``delta``); the release
-    directory is always Parquet + manifest.json.
+    directory is always Parquet + manifest.json. ``confidence`` is the level
+    of the intervals released with the values (default 0.95).
     """
 
     path: str
     format: str = "parquet"
     table: str | None = None
+    confidence: float = 0.95
 
 
 @dataclass(frozen=True)
@@ -285,6 +287,7 @@ class JobConfig:
             format=V.check_option("output.format", out.get("format", "parquet"),
                                   TABLE_FORMATS if out_table else ("parquet",), owner=OWNER),
             table=out_table,
+            confidence=P.check("confidence", out.get("confidence", 0.95), owner=OWNER, key="output.confidence"),
         )
         release_id = raw.get("release_id")
         if release_id is not None:
