@@ -29,7 +29,7 @@ COMMON = {  # (section, key): invalid value — keys every task has
     ("privacy", "epsilon"): 0.0, ("privacy", "delta"): 1.0, ("privacy", "neighbors"): "swap",
     ("privacy", "sampler"): "fast", ("dataset", "max_rows_per_unit"): 0, ("dataset", "nonfinite"): "keep",
     ("dataset", "privacy_unit"): 7, ("dataset", "dimension"): 0, ("dataset", "columns"): [],
-    ("dataset", "id"): "", ("release_id", None): "../evil",
+    ("dataset", "id"): "", ("release_id", None): "../evil", ("output", "confidence"): 1.0,
 }
 BAD = {  # task-specific key: invalid value
     "k": 0, "calibration": "classic", "dof": 0, "postprocess": "round", "prior_dof": 0, "projection": "fft",
