@@ -38,7 +38,7 @@ from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError
 from spark_dp.sketch.constraints import NULL_ITEMS, UNIT_CLIPPING, check_domain, check_sketch_request
-from spark_dp.sketch.count_sketch import MECHANISMS, plan_sketch
+from spark_dp.sketch.mechanisms import MECHANISMS, REGISTRY, accepting, plan_sketch
 
 OWNER = "the config"
 HH_KEYS = ("top", "candidates", "threshold", "levels", "hash_items")
@@ -87,9 +87,9 @@ def _check(config) -> None:
         domain=p.get("domain"), owner=OWNER,
     )
     levels = (p.get("heavy_hitters") or {}).get("levels")
-    if levels is not None and (config.mechanism != "private_count_sketch" or clip != "l1"):
+    if levels is not None and (not REGISTRY[config.mechanism].dyadic or clip != "l1"):
         raise ConfigError("The 'params.heavy_hitters.levels' parameter (dyadic heavy hitters) needs mechanism "
-                          "'private_count_sketch' and dataset.unit_clipping 'l1'.")
+                          f"{accepting('dyadic')!r} and dataset.unit_clipping 'l1'.")
     cand = (p.get("heavy_hitters") or {}).get("candidates")
     if cand is None:
         return
@@ -142,7 +142,7 @@ def _plan(config):
     m, clip, C = _unit_bound(config)
     if clip == "sketch_l2" and C is None:
         C = m**0.5
-    k = 1 if config.mechanism == "histogram" else config.params.get("repetitions", 15)
+    k = config.params.get("repetitions", 15) if REGISTRY[config.mechanism].hashed else 1
     levels = (config.params.get("heavy_hitters") or {}).get("levels")
     if levels is not None:
         from spark_dp.sketch.dyadic import plan_dyadic

@@ -22,15 +22,9 @@ from spark_dp.sketch.constraints import (  # noqa: F401 - re-exported
     check_domain,
     check_sketch_request,
 )
-from spark_dp.sketch.count_sketch import (
-    DEFAULT_ESTIMATOR,
-    SIGNED,
-    plan_sketch,
-    private_count_sketch,
-    release_table,
-)
 from spark_dp.sketch.estimate import seeds_to_payload
 from spark_dp.sketch.hashing import MASK, SIGN_SALT, to_signed
+from spark_dp.sketch.mechanisms import REGISTRY, accepting, plan_sketch, release_table
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -84,9 +78,9 @@ def _source_info(source: Any, source_paths: list[str] | None, *, owner: str = OW
 
 
 def _seeds(given: Sequence[int] | Release | None, k: int, mechanism: str, session: DPSession) -> list[int]:
-    if mechanism == "histogram":
+    if not REGISTRY[mechanism].hashed:
         if given is not None:
-            raise ConfigError(f"The 'seeds' parameter of {OWNER} does not apply to the histogram mechanism.")
+            raise ConfigError(f"The 'seeds' parameter of {OWNER} does not apply to the {mechanism} mechanism.")
         return []
     if given is None:
         # Fresh OS entropy from the session's sampler (privacy does not depend on the seeds).
@@ -296,9 +290,9 @@ def _validate(
         raise ConfigError(f"The 'hash_items' parameter of {owner} applies only with 'levels' (dyadic heavy hitters).")
     if levels is not None:
         levels = P.check("levels", levels, owner=owner)
-        if mechanism != "private_count_sketch" or unit_clipping != "l1" or candidates is not None:
+        if not REGISTRY[mechanism].dyadic or unit_clipping != "l1" or candidates is not None:
             raise ConfigError(f"The 'levels' parameter of {owner} (dyadic heavy hitters) needs mechanism "
-                              "'private_count_sketch', unit_clipping 'l1' and no candidates.")
+                              f"{accepting('dyadic')!r}, unit_clipping 'l1' and no candidates.")
         if seeds is not None and not (isinstance(seeds, Release) and
                                       (seeds.manifest.get("sketch") or {}).get("levels") == levels):
             raise ConfigError(f"The 'seeds' parameter of {owner} with 'levels' must be an earlier dyadic release "
@@ -342,7 +336,7 @@ def _validate(
     kind = item_kind(df, column)  # schema checks only, no Spark job
     prepare_items(df, column, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
                   max_items_per_unit=max_items_per_unit)
-    if mechanism == "histogram":
+    if not REGISTRY[mechanism].hashed:  # a histogram over a public domain: one table
         if isinstance(domain, int) and kind != "long":
             raise SchemaError(f"Column {column!r} holds strings; an integer domain size needs an integer item column.")
         if isinstance(domain, list) and (kind == "string") != isinstance(domain[0], str):
@@ -387,7 +381,7 @@ def _validate(
         level_seeds = [_seeds(None, k, mechanism, session) for _ in range(levels - 1)] + [seeds]
         if hashed:  # the public domain hash's seed: OS entropy too, released with the sketch
             hash_seed = _seeds(None, 1, mechanism, session)[0]
-    params = {"repetitions": k, "buckets": b if mechanism != "histogram" else None,
+    params = {"repetitions": k, "buckets": b if REGISTRY[mechanism].hashed else None,
               "heavy_hitters": {"top": top, "threshold": threshold, "levels": levels}}
     if hashed:  # (only then: earlier requests keep their digests, so their release ids stay idempotent)
         params["heavy_hitters"]["hash_items"] = True
@@ -411,6 +405,7 @@ def _validate(
 def _release_plan(r: _SketchRequest) -> ReleasePlan:
     """The release plan of a validated request: the exact table (compute), its noise and heavy hitters, the manifest."""
     mechanism = r.mechanism
+    spec = REGISTRY[mechanism]
     column = r.column
     kind = r.kind
     k = r.k
@@ -446,7 +441,7 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
 
         common = dict(weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
                       max_items_per_unit=max_items_per_unit)
-        if mechanism == "histogram":
+        if not spec.hashed:
             if source_paths:
                 from spark_dp.aggregates.sketch import histogram_table_parquet
 
@@ -466,9 +461,9 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
 
             # Same table, with the tasks reading the Parquet files themselves
             # (falls back to the Spark reader for privacy units; docs/benchmarks_sketch.md).
-            return sketch_table_parquet(source_paths, column, seeds=seeds, buckets=b, signed=SIGNED[mechanism],
+            return sketch_table_parquet(source_paths, column, seeds=seeds, buckets=b, signed=spec.signed,
                                         unit_l2_bound=C, spark=df.sparkSession, **common)
-        return sketch_table(df, column, seeds=seeds, buckets=b, signed=SIGNED[mechanism], unit_l2_bound=C, **common)
+        return sketch_table(df, column, seeds=seeds, buckets=b, signed=spec.signed, unit_l2_bound=C, **common)
 
     hh_info: dict[str, Any] = {"top": top, "threshold": threshold,
                                "threshold_rule": "3 sigma" if threshold_given is None else "given"}
@@ -481,7 +476,7 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
             from spark_dp.sketch.dyadic import dyadic_heavy_hitters
 
             # one Gaussian release of the whole (L, k, b) stack: Δ₂ = √(L·k)·m
-            stack = private_count_sketch(table, chokepoint=cp, sigma=plan.scale, sensitivity=plan.sensitivity)
+            stack = release_table(plan, table, cp)
             arrays = {"sketch": stack[-1], "seeds": seeds_to_payload(seeds)}
             if levels > 1:
                 arrays["dyadic_sketch"] = stack[:-1]
@@ -491,7 +486,7 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
             found = dyadic_heavy_hitters(stack, level_seeds, top=top, threshold=threshold)
             return Noised(arrays, {"heavy_hitters": {**hh_info, "items": [{"item": x, "estimate": v} for x, v in found]}})
         noisy = release_table(plan, table, cp)
-        arrays = {"histogram": noisy} if mechanism == "histogram" else {"sketch": noisy, "seeds": seeds_to_payload(seeds)}
+        arrays = {"sketch": noisy, "seeds": seeds_to_payload(seeds)} if spec.hashed else {"histogram": noisy}
         if candidates is not None:
             # Heavy hitters from public candidates: post-processing of the noisy table.
             from spark_dp.sketch.estimate import SketchView, heavy_hitters
@@ -512,10 +507,10 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         "unit_clipping": unit_clipping, "unit_l2_bound": C, "levels": levels,
     }
     sketch_info = {
-        "item_kind": kind, "repetitions": k, "buckets": b if mechanism != "histogram" else None,
-        "signed": SIGNED.get(mechanism), "estimator": DEFAULT_ESTIMATOR[mechanism],
+        "item_kind": kind, "repetitions": k, "buckets": b if spec.hashed else None,
+        "signed": spec.signed, "estimator": spec.estimator,
     }
-    if mechanism == "histogram":
+    if not spec.hashed:
         sketch_info["domain"] = domain
     else:
         sketch_info.update(hash=HASH_FAMILY, seeds=[str(s) for s in seeds], seeds_payload=SEEDS_PAYLOAD)
@@ -538,7 +533,7 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         "contribution_bounding": (f"at most {max_items_per_unit} rows per unit, chosen by a keyed hash of (secret, "
                                   "unit, content)") if privacy_unit else None,
         "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
-        "domain": "items outside the public domain are not counted" if mechanism == "histogram" else None,
+        "domain": None if spec.hashed else "items outside the public domain are not counted",
     }
     return ReleasePlan(
         task="count_sketch", mechanism=mechanism, release_id=r.release_id, request=request,
