@@ -77,14 +77,28 @@ def _source_info(source: Any, source_paths: list[str] | None, *, owner: str = OW
     return out
 
 
-def _seeds(given: Sequence[int] | Release | None, k: int, mechanism: str, session: DPSession) -> list[int]:
-    if not REGISTRY[mechanism].hashed:
-        if given is not None:
-            raise ConfigError(f"The 'seeds' parameter of {OWNER} does not apply to the {mechanism} mechanism.")
-        return []
+@dataclass(frozen=True)
+class _HashSeeds:
+    """A release's hash seeds: ``seeds`` (the table; level L of a dyadic stack), ``level_seeds`` (dyadic: levels
+    1…L) and the public domain hash's ``hash_seed`` (dyadic over hashed items).
+    """
+
+    seeds: list[int]
+    level_seeds: list[list[int]] | None = None
+    hash_seed: int | None = None
+
+
+def _fresh_seeds(session: DPSession, n: int) -> list[int]:
+    """``n`` fresh 64-bit hash seeds: OS entropy from the session's sampler (privacy does not depend on them)."""
+    return [to_signed(session.sampler.key() & MASK) for _ in range(n)]
+
+
+def _given_seeds(given: Sequence[int] | Release | None, k: int, mechanism: str) -> list[int] | None:
+    """The ``seeds`` parameter checked (k signed 64-bit ints), or None: fresh seeds, drawn by the release."""
+    if not REGISTRY[mechanism].hashed and given is not None:
+        raise ConfigError(f"The 'seeds' parameter of {OWNER} does not apply to the {mechanism} mechanism.")
     if given is None:
-        # Fresh OS entropy from the session's sampler (privacy does not depend on the seeds).
-        return [to_signed(session.sampler.key() & MASK) for _ in range(k)]
+        return None
     if isinstance(given, Release):
         from spark_dp.sketch.estimate import seeds_from_payload
 
@@ -247,9 +261,7 @@ class _SketchRequest:
     neighbors: Any
     levels: Any
     hashed: Any
-    hash_seed: Any
-    seeds: Any
-    level_seeds: Any
+    draw_seeds: Any
     candidates: Any
     candidate_column: Any
     top: Any
@@ -359,10 +371,11 @@ def _validate(
     threshold_given = threshold
     if threshold is None:
         threshold = 3.0 * plan.counter_std
-    # Hash seeds: fresh OS entropy from the session's sampler (privacy does not depend on them).
+    # Hash seeds: given ones are checked here; fresh ones are drawn by the release (compute), after the
+    # release-id lookup and the budget check, so a re-run of a stored release draws nothing.
     given_seeds = seeds
-    seeds = _seeds(seeds, k, mechanism, session)
-    level_seeds = hash_seed = None
+    seeds = _given_seeds(seeds, k, mechanism)
+    hash_seeds = None if seeds is None else _HashSeeds(seeds)
     if levels is not None and given_seeds is not None:  # reuse an earlier dyadic release's hash functions
         from spark_dp.sketch.estimate import seeds_from_payload
 
@@ -376,11 +389,21 @@ def _validate(
             raise ConfigError(f"The 'seeds' parameter of {owner}: release {given_seeds.release_id!r} "
                               f"{'hashes' if given_hash is not None else 'does not hash'} its items; this one "
                               f"{'does' if hashed else 'does not'}.")
-        hash_seed = None if given_hash is None else int(given_hash)
-    elif levels is not None:  # level L (the items) uses `seeds`; levels 1…L−1 get their own
-        level_seeds = [_seeds(None, k, mechanism, session) for _ in range(levels - 1)] + [seeds]
-        if hashed:  # the public domain hash's seed: OS entropy too, released with the sketch
-            hash_seed = _seeds(None, 1, mechanism, session)[0]
+        hash_seeds = _HashSeeds(seeds, level_seeds, None if given_hash is None else int(given_hash))
+    elif seeds is None and not REGISTRY[mechanism].hashed:  # a histogram: no hashing
+        hash_seeds = _HashSeeds([])
+
+    def draw_seeds() -> _HashSeeds:
+        """The release's hash seeds; fresh ones drawn in the order seeds, levels 1…L−1, domain hash."""
+        if hash_seeds is not None:
+            return hash_seeds
+        fresh = _fresh_seeds(session, k)
+        if levels is None:
+            return _HashSeeds(fresh)
+        # level L (the items) uses `fresh`; levels 1…L−1 get their own; the public domain hash's seed is
+        # OS entropy too, released with the sketch
+        level_seeds = [_fresh_seeds(session, k) for _ in range(levels - 1)] + [fresh]
+        return _HashSeeds(fresh, level_seeds, _fresh_seeds(session, 1)[0] if hashed else None)
     params = {"repetitions": k, "buckets": b if REGISTRY[mechanism].hashed else None,
               "heavy_hitters": {"top": top, "threshold": threshold, "levels": levels}}
     if hashed:  # (only then: earlier requests keep their digests, so their release ids stay idempotent)
@@ -399,7 +422,7 @@ def _validate(
         **({"neighbors": neighbors} if neighbors != "add_remove" else {}),
     }
 
-    return _SketchRequest(mechanism=mechanism, column=column, kind=kind, k=k, b=b, C=C, domain=domain, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit, unit_clipping=unit_clipping, neighbors=neighbors, levels=levels, hashed=hashed, hash_seed=hash_seed, seeds=seeds, level_seeds=level_seeds, candidates=candidates, candidate_column=candidate_column, top=top, threshold=threshold, threshold_given=threshold_given, plan=plan, source_paths=source_paths, df=df, source_info=source_info, request=request, params=params, release_id=release_id, config_sha256=config_sha256)
+    return _SketchRequest(mechanism=mechanism, column=column, kind=kind, k=k, b=b, C=C, domain=domain, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit, unit_clipping=unit_clipping, neighbors=neighbors, levels=levels, hashed=hashed, draw_seeds=draw_seeds, candidates=candidates, candidate_column=candidate_column, top=top, threshold=threshold, threshold_given=threshold_given, plan=plan, source_paths=source_paths, df=df, source_info=source_info, request=request, params=params, release_id=release_id, config_sha256=config_sha256)
 
 
 def _release_plan(r: _SketchRequest) -> ReleasePlan:
@@ -421,9 +444,6 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
     neighbors = r.neighbors
     levels = r.levels
     hashed = r.hashed
-    hash_seed = r.hash_seed
-    seeds = r.seeds
-    level_seeds = r.level_seeds
     candidates = r.candidates
     candidate_column = r.candidate_column
     top = r.top
@@ -436,7 +456,12 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
     request = r.request
     params = r.params
 
-    def compute() -> np.ndarray:
+    def compute() -> tuple[np.ndarray, _HashSeeds]:
+        """The hash seeds (fresh ones drawn here: after the release-id lookup) and the exact table."""
+        hs = r.draw_seeds()
+        return exact_table(hs.seeds, hs.level_seeds, hs.hash_seed), hs
+
+    def exact_table(seeds: list[int], level_seeds: list[list[int]] | None, hash_seed: int | None) -> np.ndarray:
         from spark_dp.aggregates.sketch import histogram_table, sketch_table
 
         common = dict(weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
@@ -471,7 +496,13 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         hh_info["items_are"] = ("hashed ids xxhash64(domain_hash.seed, item) & (2^levels - 1); map public "
                                 "candidates through the hash to name them (spark-dp heavy-hitters --candidates)")
 
-    def noise(table: np.ndarray, cp: Chokepoint) -> Noised:
+    def noise(exact: tuple[np.ndarray, _HashSeeds], cp: Chokepoint) -> Noised:
+        table, hs = exact
+        out = noised(table, cp, hs.seeds, hs.level_seeds, hs.hash_seed)
+        return Noised(out.arrays, {"sketch": sketch_info(hs.seeds, hs.hash_seed), **out.manifest})
+
+    def noised(table: np.ndarray, cp: Chokepoint, seeds: list[int], level_seeds: list[list[int]] | None,
+               hash_seed: int | None) -> Noised:
         if levels is not None:
             from spark_dp.sketch.dyadic import dyadic_heavy_hitters
 
@@ -506,27 +537,18 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         "max_items_per_unit": max_items_per_unit,  # deprecated duplicate of max_rows_per_unit (manifest schema 1)
         "unit_clipping": unit_clipping, "unit_l2_bound": C, "levels": levels,
     }
-    sketch_info = {
-        "item_kind": kind, "repetitions": k, "buckets": b if spec.hashed else None,
-        "signed": spec.signed, "estimator": spec.estimator,
-    }
-    if not spec.hashed:
-        sketch_info["domain"] = domain
-    else:
-        sketch_info.update(hash=HASH_FAMILY, seeds=[str(s) for s in seeds], seeds_payload=SEEDS_PAYLOAD)
-    if levels is not None:
-        sketch_info.update(levels=levels, dyadic=(
-            "dyadic_sketch[l-1] sketches the prefixes x >> (L - l) of level l = 1..L-1 with seeds dyadic_seeds[l-1] "
-            "(same halves layout); sketch/seeds are level L; " + (
-                "ids = xxhash64(domain_hash.seed, item) & (2^L - 1) (every non-null item counts)" if hashed else
-                "ids = the integer items; items outside [0, 2^L) not counted") + "; null items not counted"))
-        if hashed:
-            sketch_info["domain_hash"] = {
-                "seed": str(hash_seed), "levels": levels, "payload": "hash_seed[0] = (high, low) 32-bit halves",
-                "function": "id = xxhash64(seed, item) & (2^levels - 1): Spark SQL xxhash64 (bigint seed first, "
-                            "strings as UTF-8, integers as bigint); public and data-independent",
-                "collisions": f"two distinct items share an id with probability 2^-{levels}",
-            }
+    def sketch_info(seeds: list[int] | None, hash_seed: int | None) -> dict[str, Any]:
+        """The manifest's ``sketch`` field (the seeds are known once drawn: the noise step adds them)."""
+        info = {
+            "item_kind": kind, "repetitions": k, "buckets": b if spec.hashed else None,
+            "signed": spec.signed, "estimator": spec.estimator,
+        }
+        if not spec.hashed:
+            info["domain"] = domain
+        elif seeds is not None:
+            info.update(hash=HASH_FAMILY, seeds=[str(s) for s in seeds], seeds_payload=SEEDS_PAYLOAD)
+        return _dyadic_info(info, levels, hashed, hash_seed)
+
     policies = {
         "nulls": "a null item is an item of its own" if nulls == "item" else "rows with a null item are dropped",
         "weights": f"clipped to [-1, 1] per row; non-finite weights: {nonfinite}" if weight else "each row counts 1",
@@ -538,7 +560,26 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
     return ReleasePlan(
         task="count_sketch", mechanism=mechanism, release_id=r.release_id, request=request,
         events=tuple(plan.events), budget=plan.budget, compute=compute, noise=noise, privacy=privacy,
-        manifest={"columns": [column], "params": params, "policies": policies, "sketch": sketch_info,
+        manifest={"columns": [column], "params": params, "policies": policies, "sketch": sketch_info(None, None),
                   "heavy_hitters": hh_info, "source": source_info},
         config_sha256=r.config_sha256,
     )
+
+
+def _dyadic_info(info: dict[str, Any], levels: int | None, hashed: bool, hash_seed: int | None) -> dict[str, Any]:
+    """``info`` with the dyadic stack's description, if any (with the domain hash's seed once drawn)."""
+    if levels is None:
+        return info
+    info.update(levels=levels, dyadic=(
+        "dyadic_sketch[l-1] sketches the prefixes x >> (L - l) of level l = 1..L-1 with seeds dyadic_seeds[l-1] "
+        "(same halves layout); sketch/seeds are level L; " + (
+            "ids = xxhash64(domain_hash.seed, item) & (2^L - 1) (every non-null item counts)" if hashed else
+            "ids = the integer items; items outside [0, 2^L) not counted") + "; null items not counted"))
+    if hashed and hash_seed is not None:
+        info["domain_hash"] = {
+            "seed": str(hash_seed), "levels": levels, "payload": "hash_seed[0] = (high, low) 32-bit halves",
+            "function": "id = xxhash64(seed, item) & (2^levels - 1): Spark SQL xxhash64 (bigint seed first, "
+                        "strings as UTF-8, integers as bigint); public and data-independent",
+            "collisions": f"two distinct items share an id with probability 2^-{levels}",
+        }
+    return info
