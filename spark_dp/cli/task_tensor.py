@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from spark_dp import _validation as V
 from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError, SchemaError
@@ -27,7 +26,7 @@ from spark_dp.tensor.mechanisms import (
     TensorRequest,
     plan_events,
 )
-from spark_dp.tensor.private import CALIBRATIONS, MODES
+from spark_dp.tensor.mechanisms import PARAMS as TENSOR_PARAMS
 
 OWNER = "the config"
 DEFAULTS = {"restarts": 20, "iterations": 30, "mode": "fresh", "rows_per_round": None, "calibration": "exact",
@@ -36,11 +35,7 @@ DEFAULTS = {"restarts": 20, "iterations": 30, "mode": "fresh", "rows_per_round":
 
 PARAMS = {
     **{name: P.validator(name, OWNER) for name in ("k", "restarts", "iterations", "rows_per_round", "whiten")},
-    "mode": lambda k, v: V.check_option(k, v, MODES, owner=OWNER),
-    "calibration": lambda k, v: V.check_option(k, v, CALIBRATIONS, owner=OWNER),
-    # Speed only (not part of the request): cap of each Python worker's block
-    # cache when reuse-mode passes read Parquet files in the tasks; 0 = off.
-    "worker_cache_bytes": lambda k, v: V.check_int(k, v, owner=OWNER, low=0),
+    **{name: TENSOR_PARAMS.validator(name, OWNER) for name in ("mode", "calibration", "worker_cache_bytes")},
 }
 
 

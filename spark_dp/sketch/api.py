@@ -22,6 +22,7 @@ from spark_dp.sketch.constraints import (  # noqa: F401 - re-exported
     check_domain,
     check_sketch_request,
 )
+from spark_dp.sketch.constraints import PARAMS as SKETCH_PARAMS
 from spark_dp.sketch.estimate import seeds_to_payload
 from spark_dp.sketch.hashing import MASK, SIGN_SALT, to_signed
 from spark_dp.sketch.mechanisms import REGISTRY, accepting, plan_sketch, release_table
@@ -294,10 +295,8 @@ def _validate(
         mechanism=mechanism, repetitions=repetitions, buckets=buckets, max_rows_per_unit=max_rows_per_unit,
         unit_clipping=unit_clipping, unit_l2_bound=unit_l2_bound, privacy_unit=privacy_unit, domain=domain,
     )
-    V.check_option("nulls", nulls, NULL_ITEMS, owner=owner)
-    V.check_option("nonfinite", nonfinite, WEIGHT_NONFINITE, owner=owner)
-    if hash_items is not None and not isinstance(hash_items, bool):
-        raise ConfigError(f"The 'hash_items' parameter of {owner} must be true, false or null. Got {hash_items!r} instead.")
+    for name, value in (("nulls", nulls), ("nonfinite", nonfinite), ("hash_items", hash_items)):
+        SKETCH_PARAMS.check(name, value, owner=owner)
     if hash_items is not None and levels is None:
         raise ConfigError(f"The 'hash_items' parameter of {owner} applies only with 'levels' (dyadic heavy hitters).")
     if levels is not None:
@@ -320,14 +319,14 @@ def _validate(
                               f"Got {source_paths!r} instead.")
         source_paths = list(source_paths)
     source_info = _source_info(source, source_paths, owner=owner)
-    for name, col in (("weight", weight), ("privacy_unit", privacy_unit)):
-        if col is not None:
-            V.check_str(name, col, owner=owner)
+    if weight is not None:
+        SKETCH_PARAMS.check("weight", weight, owner=owner)
+    P.check("privacy_unit", privacy_unit, owner=owner)
     from spark_dp.aggregates.sketch import item_kind, prepare_items
 
     if candidates is not None:
         if isinstance(candidates, DataFrame):
-            V.check_str("candidate_column", candidate_column, owner=owner)
+            SKETCH_PARAMS.check("candidate_column", candidate_column, owner=owner)
             ckind = item_kind(candidates, candidate_column)
             if ckind != item_kind(df, column):
                 raise SchemaError(f"Candidate column {candidate_column!r} holds {ckind} items; "

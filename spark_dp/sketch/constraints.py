@@ -37,6 +37,18 @@ def check_domain(domain: Any, *, owner: str = OWNER, name: str = "domain") -> li
     return items
 
 
+#: The family's own parameters (API keyword → constraint), checked by the API and the config task alike.
+PARAMS = P.Constraints({
+    "nulls": P.Options(NULL_ITEMS),
+    "unit_clipping": P.Options(UNIT_CLIPPING),
+    "nonfinite": P.Options(WEIGHT_NONFINITE),  # of the weights
+    "weight": P.Str(),
+    "candidate_column": P.Str(),
+    "hash_items": P.Bool(nullable=True),
+    "domain": P.Check(lambda name, value, owner: check_domain(value, owner=owner, name=name)),
+})
+
+
 def check_sketch_request(
     *,
     mechanism: str,
@@ -54,7 +66,7 @@ def check_sketch_request(
     k = P.check("repetitions", repetitions, owner=owner)
     b = P.Int(spec.min_buckets).check("buckets", buckets, owner=owner)
     P.check("max_rows_per_unit", max_rows_per_unit, owner=owner)
-    V.check_option("unit_clipping", unit_clipping, UNIT_CLIPPING, owner=owner)
+    PARAMS.check("unit_clipping", unit_clipping, owner=owner)
     C = None
     if unit_clipping == "sketch_l2":
         if not spec.unit_l2_clipping:

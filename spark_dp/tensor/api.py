@@ -49,9 +49,9 @@ from spark_dp.tensor.mechanisms import (  # noqa: F401 - the name tuples are re-
     TensorRequest,
     on_input,
 )
+from spark_dp.tensor.mechanisms import PARAMS as TENSOR_PARAMS
 from spark_dp.tensor.online import passes_per_component
 from spark_dp.tensor.power_method import TensorDecomposition, check_counts, check_tensor
-from spark_dp.tensor.private import CALIBRATIONS, MODES
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -172,8 +172,8 @@ def tensor_decomposition(
     if k is None:
         raise ConfigError(f"The 'k' parameter of {OWNER} (the number of components) is required.")
     V.check_option("mechanism", mechanism, TENSOR_MECHANISMS, owner=OWNER)
-    V.check_option("calibration", calibration, CALIBRATIONS, owner=OWNER)
-    V.check_option("mode", mode, MODES, owner=OWNER)
+    for name, value in (("calibration", calibration), ("mode", mode), ("private", private)):
+        TENSOR_PARAMS.check(name, value, owner=OWNER)
     whiten, rows_per_round, entry_scale = (P.check(n, v, owner=OWNER) for n, v in (
         ("whiten", whiten), ("rows_per_round", rows_per_round), ("entry_scale", entry_scale)))
     rng = rng if rng is not None else np.random.default_rng()  # random starting vectors (public), not privacy noise
@@ -182,8 +182,6 @@ def tensor_decomposition(
         raise ConfigError(f"The 'mechanism' {mechanism!r} of {OWNER} needs rows (a DataFrame), not an explicit tensor.")
     if not explicit and mechanism in EXPLICIT_ONLY:
         raise ConfigError(f"The 'mechanism' {mechanism!r} of {OWNER} needs an explicit tensor, not rows.")
-    if private is not None and not isinstance(private, bool):
-        raise ConfigError(f"The 'private' parameter of {OWNER} must be a bool or None. Got {private!r} instead.")
     if private is False and mechanism in PRIVATE:
         raise ConfigError(f"The 'private' parameter of {OWNER} is False but mechanism {mechanism!r} is private; "
                           "leave 'private' unset.")
@@ -271,9 +269,8 @@ def _rows_plan(
     if source_paths is not None and (isinstance(source_paths, str) or not all(isinstance(p, str) for p in source_paths)):
         raise ConfigError(f"The 'source_paths' parameter of {OWNER} must be a list of paths. Got {source_paths!r} instead.")
     if worker_cache_bytes is not None:
-        worker_cache_bytes = V.check_int("worker_cache_bytes", worker_cache_bytes, owner=OWNER, low=0)
-    if not isinstance(clear_worker_cache, bool):
-        raise ConfigError(f"The 'clear_worker_cache' parameter of {OWNER} must be a bool. Got {clear_worker_cache!r} instead.")
+        worker_cache_bytes = TENSOR_PARAMS.check("worker_cache_bytes", worker_cache_bytes, owner=OWNER)
+    TENSOR_PARAMS.check("clear_worker_cache", clear_worker_cache, owner=OWNER)
     d = vector_dimension(data, columns, dimension)  # schema check, no Spark job
     k, L, R = check_counts(k, restarts, iterations, d, owner=OWNER, names=("restarts", "iterations"))
     eigen_pass = private
