@@ -75,7 +75,8 @@ def sketch_coverage(mechanism: str, *, k: int, epsilon: float, delta: float = 1e
     false-positive measurement, at a threshold of ``threshold_sigmas`` noise
     scales: low enough for false positives to be seen).
     """
-    from spark_dp.sketch.count_sketch import DEFAULT_ESTIMATOR, combine, plan_sketch, release_table, table_total
+    from spark_dp.sketch.count_sketch import combine, table_total
+    from spark_dp.sketch.mechanisms import DEFAULT_ESTIMATOR, plan_sketch, release_table
     from spark_dp.sketch.uncertainty import estimate_noise, false_positive_rate
 
     plan = plan_sketch(mechanism, epsilon=epsilon, delta=delta, repetitions=k)

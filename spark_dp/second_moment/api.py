@@ -33,7 +33,6 @@ from spark_dp.errors import ConfigError
 from spark_dp.privacy import Budget, Chokepoint
 from spark_dp.release import Release
 from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, confidence_request, run_release
-from spark_dp.second_moment._postprocess import POSTPROCESS
 from spark_dp.second_moment._registry import MechanismPlan
 from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the API's names for the registry
     MECHANISMS,
@@ -44,6 +43,7 @@ from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the
     default_projection_rows,
     plan_mechanism,
 )
+from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.regression import regression_coefficients, solve_normal_equations
 from spark_dp.second_moment.uncertainty import adassp_uncertainty, matrix_uncertainty, pca_uncertainty
@@ -56,7 +56,7 @@ def _check_common(owner, epsilon, delta, norm_bound, neighbors, postprocess, non
                                   (("epsilon", epsilon), ("delta", delta), ("norm_bound", norm_bound)))
     for name, value in (("neighbors", neighbors), ("nonfinite", nonfinite), ("privacy_unit", privacy_unit)):
         P.check(name, value, owner=owner)
-    V.check_option("postprocess", postprocess, POSTPROCESS, owner=owner)
+    SM_PARAMS.check("postprocess", postprocess, owner=owner)
     return epsilon, delta, norm_bound, P.check("max_rows_per_unit", max_rows_per_unit, owner=owner)
 
 
@@ -267,8 +267,7 @@ def linear_regression(
     epsilon, delta, norm_bound, max_rows_per_unit = _check_common(
         owner, epsilon, delta, norm_bound, neighbors, postprocess, nonfinite, max_rows_per_unit, privacy_unit)
     V.check_option("mechanism", mechanism, REGRESSION_MECHANISMS, owner=owner)
-    ridge = V.check_real("ridge", ridge, owner=owner, low=0)
-    label = V.check_str("label", label, owner=owner)
+    ridge, label = P.check("ridge", ridge, owner=owner), SM_PARAMS.check("label", label, owner=owner)
     if isinstance(columns, str):
         columns = [columns]
     columns = list(columns)

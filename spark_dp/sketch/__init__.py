@@ -2,24 +2,20 @@
 
 Mechanisms: :func:`private_count_sketch`, :func:`private_count_min`,
 :func:`count_mean_sketch`, :func:`gaussian_histogram`; estimates and heavy
-hitters from released tables; merging sketches with equal seeds.
+hitters from released tables, each estimate's noise interval
+(:func:`estimate_intervals`); merging sketches with equal seeds.
 The notebook entry point is :func:`spark_dp.sketch.api.count_sketch`
 (``DPSession.count_sketch``).
 """
 
+from spark_dp.sketch._registry import SketchPlan
 from spark_dp.sketch.count_sketch import (
-    DEFAULT_ESTIMATOR,
-    MECHANISMS,
-    SketchPlan,
     combine,
     count_mean_sketch,
     gaussian_histogram,
-    plan_sketch,
     private_count_min,
     private_count_sketch,
-    release_table,
     simple_estimates,
-    sketch_sensitivity,
 )
 from spark_dp.sketch.estimate import (
     SketchView,
@@ -31,7 +27,9 @@ from spark_dp.sketch.estimate import (
     seeds_to_payload,
 )
 from spark_dp.sketch.hashing import buckets_and_signs, spark_xxhash64
+from spark_dp.sketch.mechanisms import DEFAULT_ESTIMATOR, MECHANISMS, plan_sketch, release_table, sketch_sensitivity
 from spark_dp.sketch.merge import merge_sketches
+from spark_dp.sketch.uncertainty import estimate_intervals
 
 __all__ = [
     "DEFAULT_ESTIMATOR",
@@ -43,6 +41,7 @@ __all__ = [
     "count_mean_sketch",
     "estimate",
     "estimate_df",
+    "estimate_intervals",
     "gaussian_histogram",
     "heavy_hitters",
     "merge_sketches",
