@@ -498,7 +498,7 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
     hh_info: dict[str, Any] = {"top": top, "threshold": threshold,
                                "threshold_rule": "3 sigma" if threshold_given is None else "given"}
     level = confidence_of(request)
-    estimator = spec.estimator if spec.hashed else "histogram"  # a histogram counter is read alone
+    estimator = spec.estimator
     if threshold is not None:  # the threshold's false-positive rate from the noise alone (sketch/uncertainty.py)
         hh_info["false_positive_rate"] = false_positive_rate(estimator, plan.noise, plan.scale, k, threshold, b)
         hh_info["false_positive_rate_meaning"] = (

@@ -35,6 +35,7 @@ import numpy as np
 from spark_dp.release.uncertainty import DEFAULT_CONFIDENCE, Uncertainty, check_level, gaussian_interval
 
 SIMULATIONS = 100_000
+ONE_COUNTER = ("lookup", "histogram")  # estimators that read one counter (a known-domain histogram)
 _SEED = 20220610  # public: simulated quantiles are deterministic functions of (estimator, family, k, level)
 
 
@@ -110,7 +111,7 @@ def estimate_noise(estimator: str, family: str, scale: float, k: int, level: flo
                    buckets: int | None = None) -> tuple[float, float, float]:
     """(q_lo, q_hi, stderr) of an estimate's noise part (module doc) at ``level``."""
     a = (1.0 - check_level(level)) / 2.0
-    if estimator == "histogram":  # one counter
+    if estimator in ONE_COUNTER:  # a histogram's lookup: one counter
         lo, hi = (scale * float(_dist(family).ppf(q)) for q in (a, 1.0 - a))
         return lo, hi, scale * (1.0 if family == "gaussian" else math.sqrt(2.0))
     lo, hi = (scale * _unit_noise(estimator, family, k, buckets, q) for q in (a, 1.0 - a))
@@ -122,7 +123,7 @@ def false_positive_rate(estimator: str, family: str, scale: float, k: int, thres
     """P(noise part of an estimate ≥ threshold): an item of true frequency 0 (no collisions) passing it."""
     dist = _dist(family)
     t = threshold / scale
-    if estimator == "histogram":
+    if estimator in ONE_COUNTER:
         return float(dist.sf(t))
     if estimator == "median" and k % 2 == 1:
         from scipy import stats
@@ -154,7 +155,7 @@ def estimate_intervals(release, items, *, estimator: str | None = None) -> tuple
     est = estimate(view, items, estimator=estimator)
     family, scale = noise_of(release.manifest["privacy"])
     level = float((release.manifest.get("uncertainty") or {}).get("level", DEFAULT_CONFIDENCE))
-    k = 1 if view.mechanism == "histogram" else int(view.table.shape[0])
-    lo, hi, _ = estimate_noise("histogram" if view.mechanism == "histogram" else view.estimator(estimator),
-                               family, float(scale), k, level, view.buckets)
+    name = view.estimator(estimator)
+    k = 1 if name in ONE_COUNTER else int(view.table.shape[0])
+    lo, hi, _ = estimate_noise(name, family, float(scale), k, level, view.buckets)
     return est, est - hi, est - lo

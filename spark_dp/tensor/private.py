@@ -442,6 +442,8 @@ def eigenvalue_uncertainty(eigenvalues: np.ndarray, sigmas: np.ndarray, *, resta
 def tensor_entry_sigmas(eigenvectors: np.ndarray, *, nu: float, entry_scale: float) -> np.ndarray:
     """σᵢ = ν·c·‖v̂ᵢ‖∞³ of each released eigenvalue (Alg. 3 step 10 on an explicit tensor)."""
     return nu * entry_scale * np.max(np.abs(np.asarray(eigenvectors, dtype=np.float64)), axis=1) ** 3
+
+
 # -- the registry entry (spark_dp.tensor.mechanisms.REGISTRY): Alg. 3 on explicit tensors and on rows ----------
 # (whiten imports this module: its functions are imported where used)
 def _explicit_privacy(plan: PrivatePlan, req: TensorRequest) -> dict:
@@ -492,6 +494,10 @@ PRIVATE_POWER_METHOD = TensorMechanismSpec(
         run=lambda T, req, plan, cp, rng: private_tensor_power_method(
             T, req.k, L=req.L, R=req.R, nu=plan.nu, chokepoint=cp, rng=rng, entry_scale=req.entry_scale),
         privacy=_explicit_privacy,
+        uncertainty=lambda dec, req, plan, level: {"eigenvalues": eigenvalue_uncertainty(
+            dec.eigenvalues, tensor_entry_sigmas(dec.eigenvectors, nu=plan.nu, entry_scale=req.entry_scale),
+            restarts=req.L, level=level,
+            source="= nu*c*||v_i||_inf^3, the sigma it was released with (nu from the manifest)")},
     ),
     rows=OnInput(
         plan=_rows_events,
@@ -500,5 +506,9 @@ PRIVATE_POWER_METHOD = TensorMechanismSpec(
             rows_per_round=req.rows_per_round),
         run_whitened=_run_rows_whitened,
         privacy=_rows_privacy,
+        uncertainty=lambda dec, req, plan, level: {} if req.whiten else {"eigenvalues": eigenvalue_uncertainty(
+            dec.eigenvalues, np.full(req.k, plan.sigma / (req.rows_per_round or 1)), restarts=req.L, level=level,
+            source="= the eigenvalue pass's sigma" + (" / rows_per_round" if req.rows_per_round else "")
+            + " (noise_scale in the manifest); the truth is the sum over that pass's rows")},
     ),
 )
