@@ -20,6 +20,12 @@ Version 2 (one vocabulary across families) adds to ``privacy``:
   JL, the tensor power method's data-dependent σ);
 * ``max_rows_per_unit`` in sketch releases too.
 
+Optional in version 2 (issue #16; absent from older manifests, which stay
+readable): ``input`` — the input lineage (:mod:`spark_dp.release.lineage`):
+``kind`` (``table``, ``files``, ``in_memory`` or ``unknown``), the tables
+with their version where the source has one, and/or ``files_sha256``, a
+digest of the input files' names, sizes and modification times. Never data.
+
 Kept from version 1, deprecated: ``noise_sigma`` (= ``noise_scale`` of a
 Gaussian release) and the sketches' ``max_items_per_unit`` (=
 ``max_rows_per_unit``). Read the noise with :func:`noise_of`, which
@@ -55,6 +61,9 @@ class Release:
     manifest: dict[str, Any]
     path: str | None = None
     reused: bool = field(default=False, compare=False)
+    # On a re-run that returned a stored release: whether its input changed since (lineage differs);
+    # None when it cannot be told (a new release, no lineage stored, or an in-memory input).
+    input_changed: bool | None = field(default=None, compare=False)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]

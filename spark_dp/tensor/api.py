@@ -27,6 +27,8 @@ an explicit (public) tensor needs no opt-in.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -39,6 +41,7 @@ from spark_dp import params as P
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Budget, Chokepoint, compose_epsilon
 from spark_dp.release import Release
+from spark_dp.release.lineage import input_lineage
 from spark_dp.release.pipeline import Noised, ReleasePlan, run_release
 from spark_dp.tensor.input_perturbation import input_perturbation, input_perturbation_plan
 from spark_dp.tensor.mechanisms import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TENSOR_NEIGHBORS  # noqa: F401
@@ -203,7 +206,9 @@ def tensor_decomposition(
               "dataset_path": dataset_path, "config_sha256": config_sha256}
 
     context = {name: value for name, value in locals().items() if name != "explicit"}
-    return run_release(session, (_explicit_plan if explicit else _rows_plan)(**context))
+    plan = (_explicit_plan if explicit else _rows_plan)(**context)
+    # What the release is computed from (a DataFrame's tables/files, a .npy path, or in memory): manifest + ledger.
+    return run_release(session, dataclasses.replace(plan, lineage=functools.partial(input_lineage, data)))
 
 
 def _explicit_plan(
