@@ -344,3 +344,33 @@ def test_computing_lineage_starts_no_spark_job(spark, parquet_dir):
             assert list(sc.statusTracker().getJobIdsForGroup(group)) == []
     finally:
         spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+def test_a_job_rerun_tells_a_changed_input_without_starting_spark(spark, tmp_path, parquet_dir, capsys):
+    from spark_dp.cli.main import main as cli_main
+    from tests._jobs import write_config
+
+    assert any(n.startswith("_") for n in os.listdir(parquet_dir))  # Spark's _SUCCESS: skipped as Spark skips it
+    cfg = write_config(tmp_path, {
+        "release_id": "job-1", "task": "second_moment", "mechanism": "analyze_gauss",
+        "dataset": {"id": "jobs", "path": parquet_dir, "format": "parquet", "columns": ["x", "y"]},
+        "privacy": {"epsilon": 1.0, "delta": 1e-6, "norm_bound": 1.0, "sampler": "numpy"}, "params": {},
+        "ledger": {"uri": f"sqlite:///{tmp_path}/jobs.db", "epsilon_limit": 3.0, "delta_limit": 1e-5},
+        "output": {"path": str(tmp_path / "job-releases")}})
+    assert cli_main(["release", cfg]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["reused"] is False and first["input_changed"] is None
+    # The re-run answers from the ledger (no Spark); its pyarrow listing digests exactly what inputFiles() listed.
+    assert L.path_lineage(parquet_dir) == L.input_lineage(spark.read.parquet(parquet_dir))
+    assert cli_main(["release", cfg]) == 0
+    assert json.loads(capsys.readouterr().out)["input_changed"] is False
+    spark.createDataFrame([(0.5, 0.5, "it")], "x double, y double, country string") \
+        .write.mode("append").partitionBy("country").parquet(parquet_dir)
+    assert cli_main(["release", cfg]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["reused"] is True and again["input_changed"] is True
+
+
+def test_path_lineage_cannot_tell_for_globs_and_missing_paths(tmp_path):
+    assert L.path_lineage(str(tmp_path / "*.parquet")) is None
+    assert L.path_lineage(str(tmp_path / "missing")) is None

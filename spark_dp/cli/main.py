@@ -47,6 +47,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
         "path": release.path,
         "table": config.output.table,
         "reused": release.reused,
+        "input_changed": release.input_changed,  # a reused release: its input changed since (None: cannot tell)
         "epsilon": release.privacy["epsilon"],
         "delta": release.privacy["delta"],
         "dataset_id": config.dataset.id,

@@ -219,6 +219,50 @@ def input_lineage(source: Any) -> dict[str, Any]:
     return in_memory()
 
 
+def _spark_hidden(name: str) -> bool:
+    """Names Spark's file listing skips (HadoopFSUtils.shouldFilterOutPathName, and data files only)."""
+    return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
+
+
+def path_lineage(path: str) -> dict[str, Any] | None:
+    """The lineage of a read of ``path`` (a file or a directory of files), without Spark.
+
+    Lists the files as Spark's file index does (recursively, skipping names
+    starting with ``_`` — not partition directories — or ``.``), so the
+    digest equals :func:`dataframe_lineage`'s for ``spark.read.load(path)``.
+    Lets a job answer a re-run from the ledger without starting Spark and
+    still tell whether its input changed. None when it cannot tell (a glob,
+    a file system pyarrow cannot open).
+    """
+    from pyarrow import fs as pafs
+
+    if any(c in path for c in "*?[{"):
+        return None
+    uri = _normalise(path)
+    fs, fs_path = _arrow_fs(uri, {})
+    if fs is None:
+        return None
+    try:
+        info = fs.get_file_info(fs_path)
+        if info.type == pafs.FileType.File:
+            files = [uri]
+        elif info.type == pafs.FileType.Directory:
+            prefix = uri[: len(uri) - len(fs_path)] if "://" in uri else ""
+            base = fs_path.rstrip("/")
+            files = [prefix + f.path for f in fs.get_file_info(pafs.FileSelector(fs_path, recursive=True))
+                     if f.type == pafs.FileType.File
+                     and not any(_spark_hidden(part) for part in f.path[len(base) + 1:].split("/"))]
+        else:
+            return None
+    except Exception as exc:  # noqa: BLE001
+        log.info("input lineage: cannot list %s (%s)", path, type(exc).__name__)
+        return None
+    if not files:
+        return None
+    digest, stats = files_digest(files)
+    return {"kind": FILES, "files_sha256": digest, "files_stats": stats}
+
+
 def input_changed(stored: Mapping[str, Any] | None, now: Mapping[str, Any] | None) -> bool | None:
     """Whether the input changed between a stored release's lineage and a re-run's (None: cannot tell)."""
     if not stored or not now or IN_MEMORY in (stored.get("kind"), now.get("kind")):
