@@ -8,14 +8,7 @@ DataFrame, and a second-moment release whose manifest and ledger charge carry
 it.
 """
 
-import json
-import shutil
-import sys
-from pathlib import Path
-
-from tests._servers import run_client, spark_env
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests._servers import run_connect_client
 
 CLIENT = r'''
 import json, os, sys, tempfile
@@ -47,14 +40,7 @@ print(json.dumps(out))
 
 
 def test_lineage_over_spark_connect(tmp_path, connect_server):
-    script = tmp_path / "client.py"
-    script.write_text(CLIENT)
-    package = shutil.make_archive(str(tmp_path / "spark_dp_pkg"), "zip", root_dir=ROOT, base_dir="spark_dp")
-    env = spark_env(tmp_path / "client-local", SPARK_REMOTE=connect_server.url, PYTHONPATH=str(ROOT))
-    run = run_client([sys.executable, str(script), package], env=env, cwd=tmp_path / "client",
-                     name="lineage-connect")
-    assert run.returncode == 0, run.describe(connect_server)
-    out = json.loads(run.stdout.strip().splitlines()[-1])
+    out = run_connect_client(tmp_path, connect_server, CLIENT, name="lineage-connect")
     assert out["files"]["kind"] == "files" and out["files"] == out["listed"]
     [table] = out["table"]["tables"]
     assert table["name"].endswith("lineage_cx") and table["provider"] == "parquet" and table["version"] is None
