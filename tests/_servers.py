@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -267,6 +268,22 @@ def run_client(cmd: list[str], *, env: dict[str, str], cwd: Path, name: str, tim
     finally:
         proc.stop()
     return Run(cmd, rc, out_path.read_text(errors="replace"), err_path, time.monotonic() - t0)
+
+
+def run_connect_client(tmp_path: Path, server: ConnectServer, source: str, *, name: str) -> dict:
+    """Runs ``source`` as a Spark Connect client of ``server``; asserts it succeeded; the JSON of its last line.
+
+    The client runs this checkout's spark_dp (PYTHONPATH) and gets, as
+    ``sys.argv[1]``, a zip of it for ``spark.addArtifacts(..., pyfile=True)``
+    (the server's Python workers).
+    """
+    script = tmp_path / f"{name}.py"
+    script.write_text(source)
+    package = shutil.make_archive(str(tmp_path / "spark_dp_pkg"), "zip", root_dir=REPO, base_dir="spark_dp")
+    env = spark_env(tmp_path / "client-local", SPARK_REMOTE=server.url, PYTHONPATH=str(REPO))
+    run = run_client([sys.executable, str(script), package], env=env, cwd=tmp_path / "client", name=name)
+    assert run.returncode == 0, run.describe(server)
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 # --------------------------------------------------------------------------- Spark Connect
