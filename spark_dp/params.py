@@ -166,6 +166,8 @@ PARAMS: Constraints = Constraints({
     "privacy_unit": Optional(Str()),
     "max_rows_per_unit": Int(1),
     "dimension": Optional(Int(1)),
+    # uncertainty: the level of every interval of a release (configs: output.confidence)
+    "confidence": Real(0, 1, low_open=True, high_open=True),
     # components, repetitions, iterations
     "k": Int(1),
     "repetitions": Int(1),

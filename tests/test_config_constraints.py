@@ -40,7 +40,7 @@ COMMON = {  # (section, key): invalid value — keys every task has
     ("ledger", "uri"): "ftp://ledger", ("ledger", "epsilon_limit"): 0.0, ("ledger", "delta_limit"): 1.0,
     ("ledger", "lifetime_epsilon_limit"): -1.0, ("ledger", "lifetime_delta_limit"): 0.0,
     ("output", "path"): "", ("output", "table"): "not a table!", ("output", "format"): "csv",
-    ("release_id", None): "../evil",
+    ("output", "confidence"): 1.0, ("release_id", None): "../evil",
 }
 BAD = {  # task-specific key: invalid value
     "k": 0, "calibration": "classic", "dof": 0, "postprocess": "round", "prior_dof": 0, "projection": "fft",

@@ -81,6 +81,7 @@ OUTPUT = {
     "path": Key(P.Str(), required=True),
     "table": Key(P.Optional(P.TableName())),
     "format": Key(None, "parquet"),  # parquet or delta with a table, parquet without — _read_output
+    "confidence": Key(P.PARAMS["confidence"], 0.95),  # level of the released intervals
 }
 # The key lists (error messages, tests).
 TOP_KEYS = tuple(TOP)
@@ -291,6 +292,7 @@ class OutputConfig:
     path: str
     format: str = "parquet"
     table: str | None = None
+    confidence: float = 0.95
 
 
 def _read_output(raw: dict) -> OutputConfig:

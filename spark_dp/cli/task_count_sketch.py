@@ -197,7 +197,7 @@ def _run(session, config, spark, *, seeds=None):
         domain=config.params.get("domain"), top=hh.get("top") or 50, threshold=hh.get("threshold"),
         candidates=candidates, candidate_column=cand_col, levels=hh.get("levels"), seeds=seeds,
         hash_items=hh.get("hash_items"),
-        release_id=config.release_id, config_sha256=config.sha256, source=source,
+        release_id=config.release_id, config_sha256=config.sha256, confidence=config.output.confidence, source=source,
         # A plain Parquet read: let the tasks read the files themselves (same table, faster).
         source_paths=[config.dataset.path] if (config.dataset.format == "parquet" and config.dataset.path
                                                and not config.dataset.options) else None,

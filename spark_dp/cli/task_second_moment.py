@@ -79,7 +79,7 @@ def _common_kwargs(config) -> dict:
     p = config.params
     return dict(
         epsilon=config.privacy.epsilon, delta=config.privacy.delta, norm_bound=config.privacy.norm_bound,
-        mechanism=config.mechanism, release_id=config.release_id, neighbors=config.privacy.neighbors,
+        mechanism=config.mechanism, release_id=config.release_id, confidence=config.output.confidence, neighbors=config.privacy.neighbors,
         postprocess=p.get("postprocess", "none"), nonfinite=config.dataset.nonfinite,
         privacy_unit=config.dataset.privacy_unit, max_rows_per_unit=config.dataset.max_rows_per_unit,
         projection_rows=p.get("projection_rows"), dof=p.get("dof"), public_n=p.get("public_n"), prior_dof=p.get("prior_dof"),

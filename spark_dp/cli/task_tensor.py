@@ -123,7 +123,7 @@ def _run(session, config, spark):
         k=config.params["k"], mechanism=config.mechanism, epsilon=config.privacy.epsilon,
         delta=config.privacy.delta, neighbors=config.privacy.neighbors, restarts=_p(config, "restarts"),
         iterations=_p(config, "iterations"), calibration=_p(config, "calibration"), whiten=_p(config, "whiten"),
-        entry_scale=config.privacy.extra.get("entry_scale", 1.0), release_id=config.release_id,
+        entry_scale=config.privacy.extra.get("entry_scale", 1.0), release_id=config.release_id, confidence=config.output.confidence,
         dataset_path=config.dataset.path, config_sha256=config.sha256,
     )
     if _explicit(config):

@@ -14,7 +14,7 @@ from spark_dp import params as P
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Chokepoint
 from spark_dp.release import Release
-from spark_dp.release.pipeline import Noised, ReleasePlan, run_release
+from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_request, run_release
 from spark_dp.sketch.constraints import (  # noqa: F401 - re-exported
     NULL_ITEMS,
     UNIT_CLIPPING,
@@ -142,6 +142,7 @@ def count_sketch(
     levels: int | None = None,
     hash_items: bool | None = None,
     release_id: str | None = None,
+    confidence: float = 0.95,
     config_sha256: str | None = None,
     source_paths: Sequence[str] | None = None,
     source: dict[str, Any] | None = None,
@@ -213,6 +214,8 @@ def count_sketch(
             any integers count).
         release_id: idempotency key (a release id seen before returns the
             stored release: no new noise, no new charge).
+        confidence: the level of the noise intervals of the release's
+            arrays and estimates, in (0, 1) (post-processing, no privacy cost).
         config_sha256: the job config's digest, recorded in the manifest.
         source_paths: the Parquet files ``df`` is a plain read of (as the job
             passes for ``format: parquet``); the exact sketch is then built by
@@ -282,7 +285,8 @@ def _validate(
     session: DPSession, df: Any, columns: Any, *, epsilon: Any, delta: Any, neighbors: Any, mechanism: Any,
     repetitions: Any, buckets: Any, weight: Any, privacy_unit: Any, max_rows_per_unit: Any, unit_clipping: Any,
     unit_l2_bound: Any, nulls: Any, nonfinite: Any, domain: Any, top: Any, threshold: Any, seeds: Any,
-    candidates: Any, candidate_column: Any, levels: Any, hash_items: Any, release_id: Any, config_sha256: Any,
+    candidates: Any, candidate_column: Any, levels: Any, hash_items: Any, release_id: Any, confidence: Any,
+    config_sha256: Any,
     source_paths: Any, source: Any,
 ) -> _SketchRequest:
     """Checks every parameter and the schema (no Spark job), draws fresh hash seeds, plans the privacy events."""
@@ -419,6 +423,7 @@ def _validate(
         # Request keys keep their pre-0.2 names (column, max_items_per_unit) and "neighbors" is added only
         # when not the default, so the digests of earlier requests, hence their release ids, stay valid.
         **({"neighbors": neighbors} if neighbors != "add_remove" else {}),
+        **confidence_request(P.check("confidence", confidence, owner=owner)),
     }
 
     return _SketchRequest(mechanism=mechanism, column=column, kind=kind, k=k, b=b, C=C, domain=domain, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit, unit_clipping=unit_clipping, neighbors=neighbors, levels=levels, hashed=hashed, draw_seeds=draw_seeds, candidates=candidates, candidate_column=candidate_column, top=top, threshold=threshold, threshold_given=threshold_given, plan=plan, source_paths=source_paths, df=df, source_info=source_info, request=request, params=params, release_id=release_id, config_sha256=config_sha256)

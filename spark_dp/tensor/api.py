@@ -39,7 +39,7 @@ from spark_dp import params as P
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Budget, Chokepoint, compose_epsilon
 from spark_dp.release import Release
-from spark_dp.release.pipeline import Noised, ReleasePlan, run_release
+from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_request, run_release
 from spark_dp.tensor.mechanisms import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TensorRequest, on_input
 from spark_dp.tensor.mechanisms import PARAMS as TENSOR_PARAMS
 from spark_dp.tensor.online import passes_per_component
@@ -91,6 +91,7 @@ def tensor_decomposition(
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
     release_id: str | None = None,
+    confidence: float = 0.95,
     rng: np.random.Generator | None = None,
     dataset_path: str | None = None,
     config_sha256: str | None = None,
@@ -132,6 +133,8 @@ def tensor_decomposition(
         nonfinite, dimension, privacy_unit, max_rows_per_unit: row handling,
             as in :func:`spark_dp.second_moment.api.second_moment`.
         release_id: idempotency key.
+        confidence: the level of the eigenvalue intervals, in (0, 1)
+            (post-processing, no privacy cost).
         rng: generator for the random starts only (never privacy noise);
             default fresh OS entropy.
         dataset_path: path of the data, recorded in the request (jobs).
@@ -190,7 +193,8 @@ def tensor_decomposition(
     params = {"k": k, "restarts": restarts, "iterations": iterations, "calibration": calibration, "whiten": whiten}
     common = {"dataset_id": session.dataset_id, "task": "tensor_decomposition", "mechanism": mechanism,
               "epsilon": epsilon, "delta": delta, "neighbors": neighbors, "sampler": session.sampler.name,
-              "dataset_path": dataset_path, "config_sha256": config_sha256}
+              "dataset_path": dataset_path, "config_sha256": config_sha256,
+              **confidence_request(P.check("confidence", confidence, owner=OWNER))}
 
     context = {name: value for name, value in locals().items() if name != "explicit"}
     return run_release(session, (_explicit_plan if explicit else _rows_plan)(**context))
