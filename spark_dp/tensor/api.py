@@ -43,15 +43,7 @@ from spark_dp.privacy import Budget, Chokepoint, compose_epsilon
 from spark_dp.release import Release
 from spark_dp.release.lineage import input_lineage
 from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, confidence_request, run_release
-from spark_dp.tensor.mechanisms import (  # noqa: F401 - the name tuples are re-exported
-    EXPLICIT_ONLY,
-    PRIVATE,
-    ROWS_ONLY,
-    TENSOR_MECHANISMS,
-    TENSOR_NEIGHBORS,
-    TensorRequest,
-    on_input,
-)
+from spark_dp.tensor.mechanisms import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TensorRequest, on_input
 from spark_dp.tensor.mechanisms import PARAMS as TENSOR_PARAMS
 from spark_dp.tensor.online import passes_per_component
 from spark_dp.tensor.power_method import TensorDecomposition, check_counts, check_tensor
