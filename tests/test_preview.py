@@ -20,7 +20,6 @@ import pytest
 from spark_dp import DPSession
 from spark_dp.errors import BudgetExceededError, ConfigError
 from spark_dp.privacy import Budget, GaussianEvent, SeededSampler
-from spark_dp.privacy.events import event_to_dict
 from spark_dp.privacy.ledger import UnitDeclaration
 from spark_dp.release.preview import Preview, dry_run, gaussian_norm_bound, median_noise_quantile, predict_accuracy
 
@@ -31,9 +30,10 @@ LIMIT = (20.0, 1e-4)
 def frames(spark):
     rng = np.random.default_rng(3)
     x = rng.uniform(-0.5, 0.5, size=(40, 3))
-    rows = [(float(a), float(b), float(c), float(a + 0.5 * b), f"u{i % 13}", f"item{i % 5}", int(i % 9))
-            for i, (a, b, c) in enumerate(x)]
-    return spark.createDataFrame(rows, "a double, b double, c double, y double, u string, item string, iid long")
+    rows = [(float(a), float(b), float(c), float(a + 0.5 * b), f"u{i % 13}", f"item{i % 5}", int(i % 9),
+             [float(a), float(b), float(c)]) for i, (a, b, c) in enumerate(x)]
+    return spark.createDataFrame(rows, "a double, b double, c double, y double, u string, item string, iid long, "
+                                       "v array<double>")
 
 
 def _session(tmp_path, **kw) -> DPSession:
@@ -76,6 +76,9 @@ CASES = {
     "pca_gauss_m3": ("pca", (["a", "b", "c"], 2), {**XY, **UNIT}),
     "cs_private_m2_replace": ("count_sketch", ("item",), {**SKETCH, "privacy_unit": "u", "max_rows_per_unit": 2,
                                                           "neighbors": "replace"}),
+    "cs_candidates_weighted": ("count_sketch", ("item",), {**SKETCH, "weight": "a", "candidates": ["item1", "item7"],
+                                                           "top": 2}),
+    "sm_vector_column": ("second_moment", (["v"],), {**XY, "dimension": 3}),
     "cs_count_min": ("count_sketch", ("item",), {**SKETCH, "mechanism": "count_min"}),
     "cs_count_mean": ("count_sketch", ("item",), {**SKETCH, "mechanism": "count_mean"}),
     "cs_histogram": ("count_sketch", ("iid",), {"epsilon": 1.0, "delta": 1e-6, "mechanism": "histogram", "domain": 9}),
@@ -257,12 +260,3 @@ def test_auto_norm_bound_is_said_unpredictable():
                            {"noise_scale": None})
     assert acc["predicted"] is False and "auto" in acc["why"]
 
-
-def test_preview_events_are_ledger_events(frames, tmp_path):
-    dp = _session(tmp_path)
-    p = dp.preview.count_sketch(frames, "item", **SKETCH)
-    from spark_dp.sketch.count_sketch import plan_sketch
-
-    plan = plan_sketch("private_count_sketch", epsilon=1.0, delta=1e-6, repetitions=5, max_items_per_unit=1,
-                       unit_l2_bound=None, neighbors="add_remove", weighted=False)
-    assert p.events == [event_to_dict(e) for e in plan.events]

@@ -38,12 +38,12 @@ from scipy import stats
 from spark_dp.errors import BudgetExceededError, ConfigError
 from spark_dp.privacy.accountant import compose_epsilon
 from spark_dp.privacy.events import Event, event_to_dict
+from spark_dp.release.uncertainty import DEFAULT_CONFIDENCE, normal_quantile
 
 if TYPE_CHECKING:
     from spark_dp.release.pipeline import ReleasePlan
     from spark_dp.session import DPSession
 
-DEFAULT_LEVEL = 0.95
 # n of the regression accuracy table when the user gives no guess.
 N_GRID = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 
@@ -272,11 +272,10 @@ def _budget(session: DPSession, pending: Sequence[Event], new: Sequence[Event]) 
 
 # -- predicted accuracy -----------------------------------------------------------
 
-def _z(level: float) -> float:
-    return float(stats.norm.ppf(0.5 + level / 2))
+_z = normal_quantile
 
 
-def gaussian_norm_bound(sigma: float, d: int, level: float = DEFAULT_LEVEL) -> float:
+def gaussian_norm_bound(sigma: float, d: int, level: float = DEFAULT_CONFIDENCE) -> float:
     """A bound on ‖E‖₂ for a symmetric d×d E with i.i.d. N(0, σ²) upper triangle, holding w.p. ≈ ``level``.
 
     E‖E‖₂ ≈ 2σ√d (the semicircle edge; below it for every d we simulated)
@@ -314,7 +313,9 @@ def predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], priv
     said before seeing the data, with ``why``), ``method`` (how it was
     derived) and the task's figures.
     """
-    level = float(request.get("confidence", DEFAULT_LEVEL) or DEFAULT_LEVEL)
+    from spark_dp.release.pipeline import confidence_of
+
+    level = confidence_of(request)
     norm_bound = request.get("norm_bound")
     if task in ("second_moment", "linear_regression", "pca") and _num(norm_bound) is None:
         return {"level": level, "predicted": False,
