@@ -20,6 +20,7 @@ import pytest
 from spark_dp import DPSession
 from spark_dp.errors import BudgetExceededError, ConfigError
 from spark_dp.privacy import Budget, GaussianEvent, SeededSampler
+from spark_dp.privacy.events import event_to_dict
 from spark_dp.privacy.ledger import UnitDeclaration
 from spark_dp.release.preview import Preview, dry_run, gaussian_norm_bound, median_noise_quantile, predict_accuracy
 
@@ -260,3 +261,12 @@ def test_auto_norm_bound_is_said_unpredictable():
                            {"noise_scale": None})
     assert acc["predicted"] is False and "auto" in acc["why"]
 
+
+def test_preview_events_are_ledger_events(frames, tmp_path):
+    dp = _session(tmp_path)
+    p = dp.preview.count_sketch(frames, "item", **SKETCH)
+    from spark_dp.sketch.mechanisms import plan_sketch
+
+    plan = plan_sketch("private_count_sketch", epsilon=1.0, delta=1e-6, repetitions=5, max_items_per_unit=1,
+                       unit_l2_bound=None, neighbors="add_remove", weighted=False)
+    assert p.events == [event_to_dict(e) for e in plan.events]

@@ -4,7 +4,7 @@
     spark-dp release --dry-run [--n N] CONFIG   what it would cost and how accurate it would be (JSON; spends nothing)
     spark-dp ledger --uri URI [--dataset ID] [--set-limit EPS DELTA] [--set-lifetime-limit EPS DELTA]
                     [--record-crash RELEASE_ID REASON] [--charges] [--export PATH.parquet] [--json]
-    spark-dp estimate RELEASE_DIR --items FILE            item,estimate CSV from a count_sketch release
+    spark-dp estimate RELEASE_DIR --items FILE            item,estimate,low,high CSV from a count_sketch release
     spark-dp heavy-hitters RELEASE_DIR [--candidates PATH] [--top N] [--threshold T]
     spark-dp plan run PLAN --date YYYY-MM-DD [--entry NAME ...] [--dry-run]   run (or preview) what a plan has due
     spark-dp plan status PLAN [--date YYYY-MM-DD] [--json]        spent/left per budget period, lifetime caps
@@ -158,17 +158,26 @@ def _add_sketch_commands(sub) -> None:
             out.writerow(["" if item is None else item, repr(float(est))])
 
     def _estimate(args: argparse.Namespace) -> int:
+        import csv
         import os
 
-        from spark_dp.sketch.estimate import SketchView, coerce_items, estimate
+        from spark_dp.release import load_release
+        from spark_dp.sketch.estimate import SketchView, coerce_items
+        from spark_dp.sketch.uncertainty import estimate_intervals
 
-        view = SketchView.of(args.release_dir)
+        release = load_release(args.release_dir)
+        view = SketchView.of(release)
         if not os.path.isfile(args.items):
             raise SparkDPError(f"Items file {args.items!r} does not exist.")
         with open(args.items, encoding="utf-8") as fh:
             lines = [ln.rstrip("\n") for ln in fh if ln.rstrip("\n") != ""]
         items = coerce_items(lines, view.kind, parse=True)
-        _write_csv(zip(items, estimate(view, items), strict=True))
+        # low/high: the interval of the noise part of each estimate, at the release's level (sketch/uncertainty.py)
+        est, low, high = estimate_intervals(release, items)
+        out = csv.writer(sys.stdout, lineterminator="\n")
+        out.writerow(["item", "estimate", "low", "high"])
+        for row in zip(items, est, low, high, strict=True):
+            out.writerow(["" if row[0] is None else row[0], *(repr(float(v)) for v in row[1:])])
         return 0
 
     def _heavy_hitters(args: argparse.Namespace) -> int:
@@ -233,7 +242,8 @@ def _add_sketch_commands(sub) -> None:
         _write_csv(heavy_hitters(view, cands, col, top=top, threshold=args.threshold))
         return 0
 
-    p = sub.add_parser("estimate", help="frequency estimates from a count_sketch release (item,estimate CSV)")
+    p = sub.add_parser("estimate", help="frequency estimates with their noise intervals from a count_sketch "
+                                         "release (item,estimate,low,high CSV)")
     p.add_argument("release_dir", help="the release directory")
     p.add_argument("--items", required=True, help="file with one item a line")
     p.set_defaults(func=_estimate)
