@@ -147,3 +147,17 @@ def test_the_level_is_validated_and_part_of_the_request(tmp_path):
     assert rel.manifest["uncertainty"]["level"] == 0.9 and load_release(rel.path).confidence == 0.9
     z = normal_quantile(0.9)
     np.testing.assert_allclose(rel.interval("values")[1] - rel["values"], z * rel.stderr("values"))
+
+
+def test_the_report_shows_the_intervals(tmp_path):
+    pytest.importorskip("matplotlib")
+    from spark_dp.report.report import write_report
+
+    rel = run_release(_session(tmp_path), _plan())
+    text = open(write_report(rel.path).path, encoding="utf-8").read()
+    assert "## Uncertainty" in text and "Level **95 %**" in text
+    assert "### values (interval, covers noise)" in text and "### top (bound, covers noise)" in text
+    low, high = rel.interval("values")
+    assert f"| (0, 0) | {rel['values'][0, 0]:.6g} | {low[0, 0]:.6g} | {high[0, 0]:.6g} |" in text
+    old = write_release(Release("old-2", {"m": np.eye(2)}, {"release_id": "old-2", "privacy": {}}), str(tmp_path))
+    assert "carries no error bars" in open(write_report(old).path, encoding="utf-8").read()
