@@ -13,6 +13,7 @@ import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 
+from spark_dp._compat import supports_job_tags
 from spark_dp.cli.config import LARGE_EPSILON, JobConfig
 from spark_dp.privacy.ledger import UnitDeclaration
 from spark_dp.release import Release, write_release_table
@@ -169,14 +170,14 @@ def get_spark(app_name: str):
 
 @contextmanager
 def spark_tag(spark, tag: str):
-    """Tags the Spark jobs started inside (``SparkSession.addTag``: classic and Connect in Spark 4).
+    """Tags the Spark jobs started inside (``SparkSession.addTag``: classic and Connect in Spark 4, Connect only in 3.5).
 
     Tags show in the Spark UI's job properties (``spark.job.tags``) and let
     ``spark.interruptTag(tag)`` cancel a release. Commas are not allowed in
     tags and are replaced.
     """
     tag = tag.replace(",", ";")
-    if spark is None:
+    if spark is None or not supports_job_tags(spark):  # classic Spark 3.5 has no job tags
         yield
         return
     spark.addTag(tag)
