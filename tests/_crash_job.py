@@ -19,6 +19,10 @@ death is a real ``kill -9`` of the process itself: no ``finally`` blocks, no
     right after the first payload file is written into the release's hidden
     temporary directory (``<output>/.tmp-…``): before the manifest and before
     the atomic rename.
+``before_manifest``
+    on an object store (``output.path`` ``s3://…``), right after the first
+    payload file is moved from the temporary prefix into the release's own
+    prefix: the payload is there, the manifest (the commit marker) is not.
 
 If the point is never reached the job exits normally, and the test's
 ``returncode == -9`` check fails.
@@ -55,6 +59,10 @@ def _into_release_tmp_dir(table, where, *args, **kwargs) -> bool:
     return parent.startswith(".tmp-")
 
 
+def _payload_not_manifest(src, dst) -> bool:
+    return os.path.basename(dst.path) != "manifest.json"
+
+
 def install(point: str) -> None:
     from spark_dp.privacy.chokepoint import Chokepoint
 
@@ -70,6 +78,11 @@ def install(point: str) -> None:
         # write_release calls pq.write_table through the module object it imported
         assert release_module.pq is pq
         _kill_after(pq, "write_table", when=_into_release_tmp_dir)
+    elif point == "before_manifest":
+        import spark_dp.release.release as release_module
+
+        # _write_remote calls _publish through the module's globals, once per file, the manifest last
+        _kill_after(release_module, "_publish", when=_payload_not_manifest)
     else:
         raise SystemExit(f"unknown fault point {point!r}")
 
