@@ -18,9 +18,7 @@ from spark_dp import _validation as V
 from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError
-from spark_dp.params import ROW_IDS
-from spark_dp.second_moment import POSTPROCESS
-from spark_dp.second_moment.jl_ridge import CALIBRATIONS, PROJECTIONS
+from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.mechanisms import (
     PCA_MECHANISMS,
     REGRESSION_MECHANISMS,
@@ -31,11 +29,9 @@ from spark_dp.second_moment.mechanisms import (
 OWNER = "the config"
 
 _COMMON_PARAMS = {
-    "postprocess": lambda k, v: V.check_option(k, v, POSTPROCESS, owner=OWNER),
+    "postprocess": SM_PARAMS.validator("postprocess", OWNER),
     **{name: P.validator(name, OWNER) for name in ("projection_rows", "dof", "public_n", "prior_dof")},
-    "calibration": lambda k, v: V.check_option(k, v, CALIBRATIONS, owner=OWNER),
-    "row_ids": lambda k, v: V.check_option(k, v, ROW_IDS, owner=OWNER),
-    "projection": lambda k, v: V.check_option(k, v, PROJECTIONS, owner=OWNER),
+    **{name: SM_PARAMS.validator(name, OWNER) for name in ("calibration", "row_ids", "projection")},
 }
 
 
@@ -83,7 +79,7 @@ def _common_kwargs(config) -> dict:
     p = config.params
     return dict(
         epsilon=config.privacy.epsilon, delta=config.privacy.delta, norm_bound=config.privacy.norm_bound,
-        mechanism=config.mechanism, release_id=config.release_id, neighbors=config.privacy.neighbors,
+        mechanism=config.mechanism, release_id=config.release_id, confidence=config.output.confidence, neighbors=config.privacy.neighbors,
         postprocess=p.get("postprocess", "none"), nonfinite=config.dataset.nonfinite,
         privacy_unit=config.dataset.privacy_unit, max_rows_per_unit=config.dataset.max_rows_per_unit,
         projection_rows=p.get("projection_rows"), dof=p.get("dof"), public_n=p.get("public_n"), prior_dof=p.get("prior_dof"),
@@ -138,7 +134,7 @@ REGRESSION_SPEC = register(TaskSpec(
     params={**_COMMON_PARAMS, "ridge": P.validator("ridge", OWNER)},
     plan=_plan,
     run=_run_regression,
-    dataset_keys={"label": lambda k, v: V.check_str(k, v, owner=OWNER)},
+    dataset_keys={"label": SM_PARAMS.validator("label", OWNER)},
     check=_check,
 ))
 

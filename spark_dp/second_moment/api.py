@@ -32,8 +32,7 @@ from spark_dp.aggregates.gram import gram_matrix_parquet
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Budget, Chokepoint
 from spark_dp.release import Release
-from spark_dp.release.pipeline import Noised, ReleasePlan, run_release
-from spark_dp.second_moment._postprocess import POSTPROCESS
+from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_request, run_release
 from spark_dp.second_moment._registry import MechanismPlan
 from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the API's names for the registry
     MECHANISMS,
@@ -44,6 +43,7 @@ from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the
     default_projection_rows,
     plan_mechanism,
 )
+from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.regression import regression_coefficients, solve_normal_equations
 
@@ -55,7 +55,7 @@ def _check_common(owner, epsilon, delta, norm_bound, neighbors, postprocess, non
                                   (("epsilon", epsilon), ("delta", delta), ("norm_bound", norm_bound)))
     for name, value in (("neighbors", neighbors), ("nonfinite", nonfinite), ("privacy_unit", privacy_unit)):
         P.check(name, value, owner=owner)
-    V.check_option("postprocess", postprocess, POSTPROCESS, owner=owner)
+    SM_PARAMS.check("postprocess", postprocess, owner=owner)
     return epsilon, delta, norm_bound, P.check("max_rows_per_unit", max_rows_per_unit, owner=owner)
 
 
@@ -123,6 +123,7 @@ def second_moment(
     norm_bound: float,
     mechanism: str = "analyze_gauss",
     release_id: str | None = None,
+    confidence: float = 0.95,
     neighbors: str = "add_remove",
     postprocess: str = "none",
     nonfinite: str = "drop",
@@ -152,6 +153,9 @@ def second_moment(
         release_id: idempotency key; a new one is made if None. A release
             id seen before returns the stored release (no new noise or
             charge).
+        confidence: the level of the intervals released with every array
+            (columns ``stderr``/``low``/``high``; ``Release.interval``),
+            in (0, 1); post-processing, no privacy cost.
         neighbors: ``add_remove`` (default) or ``replace``.
         postprocess: ``none``, ``psd`` or ``shift`` (see the module doc).
         nonfinite: ``drop`` (default) or ``zero`` for rows with NaN/inf/null.
@@ -195,7 +199,8 @@ def second_moment(
                           max_rows_per_unit=max_rows_per_unit, postprocess=postprocess, projection_rows=projection_rows,
                           dof=dof, public_n=public_n, prior_dof=prior_dof, calibration=calibration, row_ids=row_ids, projection=projection, owner=owner)
     request = _request(session, "second_moment", mechanism, columns, d, plan.params, epsilon, delta, norm_bound,
-                       neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256)
+                       neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256,
+                       **confidence_request(P.check("confidence", confidence, owner=owner)))
     return _release(session, df, columns, task="second_moment", plan=plan, d=d, request=request,
                     finish=lambda m: Noised({"matrix": m}), release_id=release_id, norm_bound=norm_bound,
                     nonfinite=nonfinite, dimension=dimension, privacy_unit=privacy_unit,
@@ -215,6 +220,7 @@ def linear_regression(
     mechanism: str = "analyze_gauss",
     ridge: float = 0.0,
     release_id: str | None = None,
+    confidence: float = 0.95,
     neighbors: str = "add_remove",
     postprocess: str = "none",
     nonfinite: str = "drop",
@@ -253,8 +259,7 @@ def linear_regression(
     epsilon, delta, norm_bound, max_rows_per_unit = _check_common(
         owner, epsilon, delta, norm_bound, neighbors, postprocess, nonfinite, max_rows_per_unit, privacy_unit)
     V.check_option("mechanism", mechanism, REGRESSION_MECHANISMS, owner=owner)
-    ridge = V.check_real("ridge", ridge, owner=owner, low=0)
-    label = V.check_str("label", label, owner=owner)
+    ridge, label = P.check("ridge", ridge, owner=owner), SM_PARAMS.check("label", label, owner=owner)
     if isinstance(columns, str):
         columns = [columns]
     columns = list(columns)
@@ -267,7 +272,8 @@ def linear_regression(
                           dof=dof, public_n=public_n, prior_dof=prior_dof, calibration=calibration, row_ids=row_ids, projection=projection, owner=owner)
     params = {**plan.params, "ridge": ridge}
     request = _request(session, "linear_regression", mechanism, columns, d, params, epsilon, delta, norm_bound,
-                       neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256, label=label)
+                       neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256, label=label,
+                       **confidence_request(P.check("confidence", confidence, owner=owner)))
 
     def finish(result) -> Noised:
         if mechanism == "adassp":
@@ -297,6 +303,7 @@ def pca(
     norm_bound: float,
     mechanism: str = "analyze_gauss",
     release_id: str | None = None,
+    confidence: float = 0.95,
     neighbors: str = "add_remove",
     postprocess: str = "none",
     nonfinite: str = "drop",
@@ -334,7 +341,8 @@ def pca(
                           dof=dof, public_n=public_n, prior_dof=prior_dof, calibration=calibration, row_ids=row_ids, projection=projection, owner=owner)
     params = {**plan.params, "k": k}
     request = _request(session, "pca", mechanism, columns, d, params, epsilon, delta, norm_bound, neighbors, nonfinite,
-                       privacy_unit, max_rows_per_unit, config_sha256)
+                       privacy_unit, max_rows_per_unit, config_sha256,
+                       **confidence_request(P.check("confidence", confidence, owner=owner)))
 
     def finish(matrix) -> Noised:
         vals, vecs = principal_components(matrix, k)
