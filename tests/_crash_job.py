@@ -33,7 +33,10 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import subprocess
 import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _die() -> None:
@@ -85,6 +88,18 @@ def install(point: str) -> None:
         _kill_after(release_module, "_publish", when=_payload_not_manifest)
     else:
         raise SystemExit(f"unknown fault point {point!r}")
+
+
+def run_crash_job(config_path: str, fault: str) -> subprocess.CompletedProcess:
+    """Runs ``spark-dp release config_path`` in a subprocess that SIGKILLs itself at ``fault``.
+
+    The subprocess inherits the environment (e.g. the AWS variables of an object-store test),
+    with this checkout first on ``PYTHONPATH`` and no ``SPARK_REMOTE``.
+    """
+    env = dict(os.environ, PYTHONPATH=_ROOT)
+    env.pop("SPARK_REMOTE", None)
+    return subprocess.run([sys.executable, "-m", "tests._crash_job", fault, "release", config_path],
+                          env=env, cwd=_ROOT, capture_output=True, text=True, timeout=300)
 
 
 def main(argv: list[str]) -> int:

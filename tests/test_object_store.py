@@ -10,8 +10,6 @@ environment (keys, ``AWS_ENDPOINT_URL``), set for each test only.
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 
 import numpy as np
@@ -27,10 +25,10 @@ from spark_dp.cli.main import main as cli_main
 from spark_dp.errors import ConfigError, ReleaseConflictError, SchemaError
 from spark_dp.privacy import SeededSampler, open_ledger
 from spark_dp.release import Release, load_release, release_exists, storage, write_release
+from spark_dp.release.uncertainty import gaussian_interval, manifest_block
+from tests._crash_job import run_crash_job
 from tests._jobs import write_config
 from tests._moto import AWS_SCRUB, aws_env, moto_server, unavailable
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="session")
@@ -64,8 +62,11 @@ def _objects(uri: str) -> list[str]:
 
 def _release(rid="r-001"):
     rng = np.random.default_rng(1)
-    return Release(rid, {"matrix": rng.normal(size=(3, 4)), "vector": rng.normal(size=5)},
-                   {"release_id": rid, "task": "second_moment", "privacy": {"private": False, "epsilon": None}})
+    matrix = rng.normal(size=(3, 4))
+    bars = {"matrix": gaussian_interval(matrix, 0.5, 0.95)}  # stderr/low/high columns beside the values
+    return Release(rid, {"matrix": matrix, "vector": rng.normal(size=5)},
+                   {"release_id": rid, "task": "second_moment", "privacy": {"private": False, "epsilon": None},
+                    "uncertainty": manifest_block(bars, 0.95)}, uncertainty=bars)
 
 
 # -- the release layer on S3 (no Spark) ----------------------------------------------------------
@@ -78,6 +79,8 @@ def test_write_and_load_on_s3(s3_root):
     assert back.release_id == "r-001" and back.path == path
     for name, arr in rel.arrays.items():
         np.testing.assert_array_equal(back[name], arr)
+    np.testing.assert_array_equal(back.interval("matrix")[0], rel.interval("matrix")[0])
+    np.testing.assert_array_equal(back.stderr("matrix"), rel.stderr("matrix"))
     # Hadoop's name for S3 reads the same objects
     np.testing.assert_array_equal(load_release(path.replace("s3://", "s3a://"))["matrix"], rel["matrix"])
     with pytest.raises(ReleaseConflictError, match="never overwritten"):
@@ -209,19 +212,11 @@ def test_sketch_estimate_heavy_hitters_and_merge_on_s3(spark, tmp_path, s3_root,
     assert report.ok and report.releases == 2 and report.counts() == {"derived": 1}
 
 
-def _run_job_subprocess(config_path, fault):
-    """The release job in a subprocess that SIGKILLs itself at ``fault`` (tests/_crash_job.py); AWS env inherited."""
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    env.pop("SPARK_REMOTE", None)
-    return subprocess.run([sys.executable, "-m", "tests._crash_job", fault, "release", config_path],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-
-
 @pytest.mark.parametrize("fault", ["during_write", "before_manifest"])
 def test_kill_between_payload_and_manifest_is_never_read(spark, tmp_path, s3_root, capsys, fault):
     _data(tmp_path)
     config = _job(tmp_path, s3_root)
-    proc = _run_job_subprocess(config, fault)
+    proc = run_crash_job(config, fault)  # inherits this test's AWS environment
     assert proc.returncode == -9, proc.stderr[-2000:]
     ledger = f"sqlite:///{tmp_path}/ledger.db"
     charge = open_ledger(ledger).lookup("job-001")
