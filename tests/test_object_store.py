@@ -27,7 +27,7 @@ from spark_dp.privacy import SeededSampler, open_ledger
 from spark_dp.release import Release, load_release, release_exists, storage, write_release
 from spark_dp.release.uncertainty import gaussian_interval, manifest_block
 from tests._crash_job import run_crash_job
-from tests._jobs import write_config
+from tests._jobs import charges, write_config
 from tests._moto import AWS_SCRUB, aws_env, moto_server, unavailable
 
 
@@ -188,6 +188,16 @@ def test_release_job_report_and_audit_on_s3(spark, tmp_path, s3_root, capsys):
     assert audit["releases_matched"] == 1 and audit["counts"] == {}
 
 
+def test_an_output_that_cannot_be_written_is_refused_before_the_charge(spark, tmp_path, s3_root, capsys):
+    _data(tmp_path)
+    missing = f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/releases"
+    for output, needle in ((missing, "does not exist"), ("nope://bucket/releases", "Cannot open")):
+        assert cli_main(["release", _job(tmp_path, output)]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and repr(output) in err and err.count("\n") == 1
+        assert charges(tmp_path) == 0  # nothing charged: the job would not have been able to write
+
+
 def test_sketch_estimate_heavy_hitters_and_merge_on_s3(spark, tmp_path, s3_root, capsys):
     from spark_dp.sketch import estimate, merge_sketches
     from spark_dp.sketch.api import count_sketch
@@ -212,20 +222,21 @@ def test_sketch_estimate_heavy_hitters_and_merge_on_s3(spark, tmp_path, s3_root,
     assert report.ok and report.releases == 2 and report.counts() == {"derived": 1}
 
 
-@pytest.mark.parametrize("fault", ["during_write", "before_manifest"])
-def test_kill_between_payload_and_manifest_is_never_read(spark, tmp_path, s3_root, capsys, fault):
+def test_kill_between_payload_and_manifest_is_never_read(spark, tmp_path, s3_root, capsys):
+    """SIGKILL right after the payload reached the release's prefix, before the manifest (tests/_crash_job.py).
+
+    A kill while staging (the local ``during_write`` point) leaves less: only the temporary prefix.
+    """
     _data(tmp_path)
     config = _job(tmp_path, s3_root)
-    proc = run_crash_job(config, fault)  # inherits this test's AWS environment
+    proc = run_crash_job(config, "before_manifest")  # inherits this test's AWS environment
     assert proc.returncode == -9, proc.stderr[-2000:]
     ledger = f"sqlite:///{tmp_path}/ledger.db"
     charge = open_ledger(ledger).lookup("job-001")
     assert charge is not None and not charge.written  # the charge stands: no refund
     left = _objects(s3_root)
-    if fault == "before_manifest":  # payload in the release's own prefix, no commit marker
-        assert "job-001/matrix.parquet" in left and "job-001/manifest.json" not in left
-    else:  # only the hidden temporary prefix
-        assert left and all(o.startswith(".tmp-job-001-") for o in left)
+    assert "job-001/matrix.parquet" in left and "job-001/manifest.json" not in left  # payload, no commit marker
+    assert any(o.startswith(".tmp-job-001-") for o in left)  # and the staging prefix, never cleaned by a kill
     path = f"{s3_root}/job-001"
     assert not release_exists(path)
     with pytest.raises(SchemaError, match="no manifest.json"):

@@ -189,6 +189,7 @@ def run_release(session: DPSession, plan: ReleasePlan) -> Release:
     if existing is not None:
         return stored_release(session, existing, request_sha256=plan.request_sha256)
 
+    storage.check_root(session.output)  # an output that cannot be written fails before the charge
     cp = Chokepoint(
         session.ledger, dataset_id=session.dataset_id, release_id=rid, request_sha256=plan.request_sha256,
         sampler=session.sampler, limit=session.limit, unit=unit_of(plan.privacy),
@@ -247,6 +248,7 @@ def _run_not_private(session: DPSession, plan: ReleasePlan) -> Release:
             raise ReleaseConflictError(f"Release id {rid!r} was used for a different request; choose a new release id.")
         rel.reused = True
         return rel
+    storage.check_root(root)
     log.warning("%s: mechanism %r is NOT differentially private; use it on public data only", plan.task, plan.mechanism)
     noised = plan.noise(plan.compute(), None)
     manifest = _manifest(session, plan, rid, noised, privacy={

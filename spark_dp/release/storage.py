@@ -192,3 +192,22 @@ def inside(a: str, b: str) -> bool:
 def is_under(location: str, root: str) -> bool:
     """Whether ``location`` is ``root`` or lies under it (local paths and URIs alike)."""
     return inside(normalize(location), normalize(root))
+
+
+def check_root(location: str) -> None:
+    """Raises ConfigError unless releases can go under ``location``: checked before anything is charged.
+
+    A scheme pyarrow cannot open, a store that cannot be reached (endpoint,
+    credentials) and a bucket or container that does not exist fail here, so a
+    job never charges the ledger and then finds it cannot write its release.
+    """
+    loc = locate(location)
+    if loc.local or loc.path.startswith("/"):  # local and HDFS: the directories are created when writing
+        return
+    top = loc.path.split("/", 1)[0]  # the bucket (S3, GCS) or container (Azure)
+    try:
+        kind = loc.fs.get_file_info(top).type
+    except OSError as exc:
+        raise ConfigError(f"The output {location!r} cannot be reached: {exc}") from exc
+    if kind != pafs.FileType.Directory:
+        raise ConfigError(f"The output {location!r} cannot be written: bucket or container {top!r} does not exist.")
