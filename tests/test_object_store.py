@@ -222,6 +222,33 @@ def test_sketch_estimate_heavy_hitters_and_merge_on_s3(spark, tmp_path, s3_root,
     assert report.ok and report.releases == 2 and report.counts() == {"derived": 1}
 
 
+def test_plan_runs_and_finds_its_stored_releases_on_s3(spark, tmp_path, s3_root):
+    from datetime import date
+
+    import yaml
+
+    from spark_dp.plans import load_plan, run_plan
+    from spark_dp.plans.runner import _stored
+
+    _data(tmp_path)
+    entry = {"name": "cov", "schedule": "daily", "budget": {"epsilon": 1.0, "delta": 1e-5, "renew": "per_period"},
+             "inline": {"dataset": {"id": "shop.events", "path": str(tmp_path / "data.parquet"), "format": "parquet",
+                                    "columns": ["x1", "x2", "x3"]},
+                        "task": "second_moment", "mechanism": "analyze_gauss",
+                        "privacy": {"epsilon": 0.5, "delta": 1e-6, "norm_bound": 1.0, "sampler": "numpy"},
+                        "ledger": {"uri": "unused"}, "output": {"path": "unused"}}}
+    p = tmp_path / "plan.yaml"
+    p.write_text(yaml.safe_dump({"plan": "shop", "ledger": {"uri": f"sqlite:///{tmp_path}/ledger.db"},
+                                 "output": {"path": s3_root}, "entries": [entry]}))
+    plan, day = load_plan(str(p)), date(2026, 11, 30)
+    [first] = run_plan(plan, day)
+    assert first.status == "released" and first.path == f"{s3_root}/shop.cov.2026-11-30"
+    [again] = run_plan(plan, day)
+    assert again.status == "stored" and again.path == first.path  # the ledger's location, an S3 URI
+    stored = _stored(plan, plan.entry("cov"), day)  # what merges and seed anchors read
+    assert stored is not None and stored.path == first.path
+
+
 def test_kill_between_payload_and_manifest_is_never_read(spark, tmp_path, s3_root, capsys):
     """SIGKILL right after the payload reached the release's prefix, before the manifest (tests/_crash_job.py).
 
