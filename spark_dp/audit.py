@@ -44,13 +44,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from spark_dp.errors import ConfigError
 from spark_dp.privacy.events import GaussianEvent, LaplaceEvent, event_from_dict, event_to_dict
 from spark_dp.privacy.ledger import Charge, Ledger
+from spark_dp.release import release_exists, storage
 from spark_dp.release.release import noise_of
 
 MANIFEST = "manifest.json"
@@ -106,21 +106,24 @@ class AuditReport:
 
 
 def _read_manifest(path: str) -> dict[str, Any]:
-    with open(os.path.join(path, MANIFEST)) as fh:
-        manifest = json.load(fh)
+    manifest = json.loads(storage.read_bytes(storage.join(path, MANIFEST)))
     if not isinstance(manifest, dict):
         raise ValueError("the manifest is not a JSON object")
     return manifest
 
 
 def _release_dirs(root: str) -> tuple[list[str], list[str]]:
-    """Release directories directly under ``root`` (hidden temporaries skipped) and other directories."""
+    """Release directories directly under ``root`` (hidden temporaries skipped) and other directories.
+
+    A directory without a manifest is not a release (on an object store: payload of a write that
+    crashed before its commit marker, or anything else).
+    """
     releases, others = [], []
-    for name in sorted(os.listdir(root)):
-        path = os.path.join(root, name)
-        if name.startswith(".") or not os.path.isdir(path):
+    for name in storage.list_dirs(root):
+        path = storage.join(root, name)
+        if name.startswith("."):
             continue
-        (releases if os.path.isfile(os.path.join(path, MANIFEST)) else others).append(path)
+        (releases if release_exists(path) else others).append(path)
     return releases, others
 
 
@@ -267,12 +270,7 @@ def _tensor_mismatches(manifest: dict[str, Any], charged: list) -> list[str]:
 def _payload_problems(manifest: dict[str, Any], path: str) -> list[str]:
     payload = manifest.get("payload") or {}
     return [f"payload file {info.get('file')!r} of {name!r} is missing" for name, info in payload.items()
-            if not isinstance(info, dict) or not os.path.isfile(os.path.join(path, str(info.get("file"))))]
-
-
-def _under(path: str, root: str) -> bool:
-    path, root = os.path.realpath(path), os.path.realpath(root)
-    return os.path.commonpath([path, root]) == root
+            if not isinstance(info, dict) or not storage.is_file(storage.join(path, str(info.get("file"))))]
 
 
 def audit_releases(ledger: Ledger, root: str) -> AuditReport:
@@ -281,7 +279,7 @@ def audit_releases(ledger: Ledger, root: str) -> AuditReport:
     add = report.findings.append
     charges = {c.release_id: c for c in ledger.all_charges()}
     report.charges = len(charges)
-    if not os.path.isdir(root):
+    if not storage.is_dir(root):
         raise ConfigError(f"The output root {root!r} does not exist or is not a directory.")
     found: dict[str, str] = {}  # release id → directory, for the charges' side
 
@@ -291,8 +289,8 @@ def audit_releases(ledger: Ledger, root: str) -> AuditReport:
             add(Finding("unreadable", None, path, "manifest.json has no release_id"))
             continue
         problems = []
-        if os.path.basename(path) != rid:
-            problems.append(f"directory name {os.path.basename(path)!r} is not the release id")
+        if storage.basename(path) != rid:
+            problems.append(f"directory name {storage.basename(path)!r} is not the release id")
         if rid in found:
             problems.append(f"a second directory for this release id (first: {found[rid]})")
         found.setdefault(rid, path)
@@ -320,8 +318,8 @@ def audit_releases(ledger: Ledger, root: str) -> AuditReport:
         else:
             report.releases += 1
 
-    npdir = os.path.join(root, NONPRIVATE_DIR)
-    if os.path.isdir(npdir):
+    npdir = storage.join(root, NONPRIVATE_DIR)
+    if storage.is_dir(npdir):
         for path, manifest in _manifests(npdir, add):
             rid = manifest.get("release_id")
             if rid in charges:
@@ -340,7 +338,7 @@ def audit_releases(ledger: Ledger, root: str) -> AuditReport:
             add(Finding("crashed", rid, None, f"charged ({where}), never written; crash recorded: {charge.crash}"))
         elif charge.location is None:
             add(Finding("unwritten", rid, None, f"charged ({where}) but never written and no crash recorded"))
-        elif _under(charge.location, root):
+        elif storage.is_under(charge.location, root):
             add(Finding("missing", rid, charge.location, f"charged ({where}) and recorded as written here, "
                                                          "but the release directory is gone"))
         else:
@@ -356,7 +354,7 @@ def _manifests(directory: str, add, *, skip: tuple[str, ...] = ()):
     """
     dirs, others = _release_dirs(directory)
     for path in others:
-        if os.path.basename(path) not in skip:
+        if storage.basename(path) not in skip:
             add(Finding("skipped", None, path, "a directory without manifest.json: not a release"))
     for path in dirs:
         try:

@@ -82,9 +82,10 @@ def _manifest_names(location: str | None) -> tuple[str | None, str | None]:
     """(task, mechanism) from the written release's manifest; (None, None) if it cannot be read."""
     if location is None:
         return None, None
+    from spark_dp.release import storage
+
     try:
-        with open(os.path.join(location, "manifest.json")) as fh:
-            manifest = json.load(fh)
+        manifest = json.loads(storage.read_bytes(storage.join(location, "manifest.json")))
     except (OSError, ValueError):
         return None, None
     return manifest.get("task"), manifest.get("mechanism")

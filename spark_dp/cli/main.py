@@ -253,11 +253,11 @@ def _add_sketch_commands(sub) -> None:
 
     p = sub.add_parser("estimate", help="frequency estimates with their noise intervals from a count_sketch "
                                          "release (item,estimate,low,high CSV)")
-    p.add_argument("release_dir", help="the release directory")
+    p.add_argument("release_dir", help="the release directory (a path or an s3://, gs://, abfss://, hdfs:// URI)")
     p.add_argument("--items", required=True, help="file with one item a line")
     p.set_defaults(func=_estimate)
     p = sub.add_parser("heavy-hitters", help="top items by estimate from a count_sketch release (item,estimate CSV)")
-    p.add_argument("release_dir", help="the release directory")
+    p.add_argument("release_dir", help="the release directory (a path or an s3://, gs://, abfss://, hdfs:// URI)")
     p.add_argument("--candidates", help="PUBLIC candidate items: a .txt file (one item a line), a dataset with the "
                    "item column, or a table name with --format table. Never the sketched data or anything derived "
                    "from it: the output lists the candidates that clear the threshold, so private candidates would "
@@ -354,8 +354,8 @@ def _add_report_command(sub) -> None:
         return 0
 
     p = sub.add_parser("report", help="write a Markdown/HTML report with plots for a release directory")
-    p.add_argument("release_dir", help="the release directory")
-    p.add_argument("--out", help="report file (.md or .html; default RELEASE_DIR/report.md)")
+    p.add_argument("release_dir", help="the release directory (a path or an s3://, gs://, abfss://, hdfs:// URI)")
+    p.add_argument("--out", help="report file (.md or .html, a path or URI; default RELEASE_DIR.report.md)")
     p.set_defaults(func=_report)
 
 
@@ -381,7 +381,7 @@ def _add_audit_command(sub) -> None:
     p = sub.add_parser("audit", help="check every release directory against the ledger's charges and every charge "
                                      "against the releases (exit 1 on orphans, mismatches, missing or unwritten)")
     p.add_argument("--ledger", required=True, help="ledger URI, e.g. sqlite:///releases/ledger.db")
-    p.add_argument("output_root", help="the output root the releases were written under (output.path)")
+    p.add_argument("output_root", help="the output root the releases were written under (output.path; a path or URI)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=_audit)
 

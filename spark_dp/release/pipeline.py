@@ -28,7 +28,6 @@ output root); this module never imports :mod:`spark_dp.session`.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,12 +41,14 @@ from spark_dp.errors import ReleaseConflictError
 from spark_dp.privacy import Budget, Chokepoint
 from spark_dp.privacy.events import Event, event_to_dict
 from spark_dp.privacy.ledger import UnitDeclaration
+from spark_dp.release import storage
 from spark_dp.release.ids import canonical_sha256, check_release_id, new_release_id
 from spark_dp.release.lineage import input_changed
 from spark_dp.release.release import (
     MANIFEST_SCHEMA_VERSION,
     Release,
     load_release,
+    release_exists,
     write_release,
 )
 from spark_dp.release.uncertainty import DEFAULT_CONFIDENCE, Uncertainty, check_level, manifest_block
@@ -207,6 +208,7 @@ def run_release(session: DPSession, plan: ReleasePlan) -> Release:
         return note_input_change(stored_release(session, existing, request_sha256=plan.request_sha256), lineage,
                                  existing.lineage)
 
+    storage.check_root(session.output)  # an output that cannot be written fails before the charge
     cp = Chokepoint(
         session.ledger, dataset_id=session.dataset_id, release_id=rid, request_sha256=plan.request_sha256,
         sampler=session.sampler, limit=session.limit, unit=unit_of(plan.privacy),
@@ -257,15 +259,16 @@ def _run_not_private(session: DPSession, plan: ReleasePlan) -> Release:
     root = session.output
     if plan.mode == "nonprivate":
         rid = rid if rid.startswith(NONPRIVATE_PREFIX) else NONPRIVATE_PREFIX + rid
-        root = os.path.join(session.output, NONPRIVATE_DIR)
-    existing = os.path.join(root, rid)
+        root = storage.join(session.output, NONPRIVATE_DIR)
+    existing = storage.join(root, rid)
     lineage = _lineage(plan)
-    if os.path.isfile(os.path.join(existing, "manifest.json")):
+    if release_exists(existing):
         rel = load_release(existing)
         if rel.manifest.get("request_sha256") != plan.request_sha256:
             raise ReleaseConflictError(f"Release id {rid!r} was used for a different request; choose a new release id.")
         rel.reused = True
         return note_input_change(rel, lineage)
+    storage.check_root(root)
     log.warning("%s: mechanism %r is NOT differentially private; use it on public data only", plan.task, plan.mechanism)
     noised = plan.noise(plan.compute(), None)
     manifest = _manifest(session, plan, rid, noised, privacy={
@@ -347,13 +350,13 @@ def stored_release(session: DPSession, charge, *, request_sha256: str | None = N
         raise conflict()
     location = charge.location
     if location is None:
-        candidate = os.path.join(session.output, charge.release_id)
-        if os.path.isfile(os.path.join(candidate, "manifest.json")) and (
+        candidate = storage.join(session.output, charge.release_id)
+        if release_exists(candidate) and (
             load_release(candidate).manifest.get("request_sha256") == charge.request_sha256
         ):
             session.ledger.mark_written(charge.release_id, candidate)
             location = candidate
-    if location is None or not os.path.isfile(os.path.join(location, "manifest.json")):
+    if location is None or not release_exists(location):
         raise ReleaseConflictError(
             f"Release id {charge.release_id!r} was charged (epsilon={charge.budget.epsilon:g}, "
             f"delta={charge.budget.delta:g}) but its release was never written; the charge stands. "

@@ -25,7 +25,6 @@ prediction says so and gives what is known (relative sizes, or nothing).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -217,8 +216,11 @@ def _stored_status(session: DPSession, charge, request_sha256: str) -> tuple[boo
     if charge.dataset_id != session.dataset_id or charge.request_sha256 != request_sha256:
         return False, (f"Release id {charge.release_id!r} was used for a different request (dataset "
                        f"{charge.dataset_id!r}); choose a new release id.")
-    location = charge.location or os.path.join(session.output, charge.release_id)
-    if not os.path.isfile(os.path.join(location, "manifest.json")):
+    from spark_dp.release import storage
+    from spark_dp.release.release import release_exists
+
+    location = charge.location or storage.join(session.output, charge.release_id)
+    if not release_exists(location):
         return False, (f"Release id {charge.release_id!r} was charged (epsilon={charge.budget.epsilon:g}, "
                        f"delta={charge.budget.delta:g}) but its release was never written; the charge stands. "
                        "Use a new release id.")
@@ -226,17 +228,18 @@ def _stored_status(session: DPSession, charge, request_sha256: str) -> tuple[boo
 
 
 def _stored_not_private(session: DPSession, plan: ReleasePlan, rid: str | None) -> tuple[bool, str | None]:
+    from spark_dp.release import storage
     from spark_dp.release.pipeline import NONPRIVATE_DIR, NONPRIVATE_PREFIX
-    from spark_dp.release.release import load_release
+    from spark_dp.release.release import load_release, release_exists
 
     if rid is None:
         return False, None
     root = session.output
     if plan.mode == "nonprivate":
         rid = rid if rid.startswith(NONPRIVATE_PREFIX) else NONPRIVATE_PREFIX + rid
-        root = os.path.join(root, NONPRIVATE_DIR)
-    path = os.path.join(root, rid)
-    if not os.path.isfile(os.path.join(path, "manifest.json")):
+        root = storage.join(root, NONPRIVATE_DIR)
+    path = storage.join(root, rid)
+    if not release_exists(path):
         return False, None
     if load_release(path).manifest.get("request_sha256") != plan.request_sha256:
         return False, f"Release id {rid!r} was used for a different request; choose a new release id."
