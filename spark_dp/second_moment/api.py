@@ -32,7 +32,7 @@ from spark_dp.aggregates.gram import gram_matrix_parquet
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Budget, Chokepoint
 from spark_dp.release import Release
-from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_request, run_release
+from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, confidence_request, run_release
 from spark_dp.second_moment._registry import MechanismPlan
 from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the API's names for the registry
     MECHANISMS,
@@ -46,6 +46,7 @@ from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the
 from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.regression import regression_coefficients, solve_normal_equations
+from spark_dp.second_moment.uncertainty import adassp_uncertainty, matrix_uncertainty, pca_uncertainty
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -94,6 +95,12 @@ def _release(
         budget=Budget(request["epsilon"], request["delta"]), compute=compute, noise=noise, privacy=privacy,
         manifest=extra, config_sha256=config_sha256,
     ))
+
+
+def _matrix_uncertainty(plan: MechanismPlan, matrix: np.ndarray, norm_bound: float, request: dict) -> dict:
+    """``{"matrix": Uncertainty}`` of a released second-moment matrix (post-processing), or {} where none applies."""
+    u = matrix_uncertainty(plan.mechanism, plan.privacy, plan.params, matrix, norm_bound, confidence_of(request))
+    return {} if u is None else {"matrix": u}
 
 
 def _request(session, task, mechanism, columns, d, params, epsilon, delta, norm_bound, neighbors, nonfinite,
@@ -202,7 +209,8 @@ def second_moment(
                        neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256,
                        **confidence_request(P.check("confidence", confidence, owner=owner)))
     return _release(session, df, columns, task="second_moment", plan=plan, d=d, request=request,
-                    finish=lambda m: Noised({"matrix": m}), release_id=release_id, norm_bound=norm_bound,
+                    finish=lambda m: Noised({"matrix": m}, uncertainty=_matrix_uncertainty(plan, m, norm_bound, request)),
+                    release_id=release_id, norm_bound=norm_bound,
                     nonfinite=nonfinite, dimension=dimension, privacy_unit=privacy_unit,
                     max_rows_per_unit=max_rows_per_unit, config_sha256=config_sha256,
                     extra=_extra(columns, plan.params, norm_bound, nonfinite, privacy_unit), source_paths=source_paths)
@@ -281,9 +289,11 @@ def linear_regression(
             info, lam = result["info"], float(result["lambda"][0])
             if ridge:  # the user's ridge on top of the adaptive one (post-processing)
                 arrays["coefficients"], info = solve_normal_equations(result["xtx"], result["xty"], ridge=ridge + lam)
-            return Noised(arrays, {"solution": {**info, "adaptive_ridge": lam}})
+            return Noised(arrays, {"solution": {**info, "adaptive_ridge": lam}},
+                          uncertainty=adassp_uncertainty(arrays, plan.privacy["noise_scale"], confidence_of(request)))
         beta, info = regression_coefficients(result, ridge=ridge)
-        return Noised({"coefficients": beta, "matrix": result}, {"solution": info})
+        return Noised({"coefficients": beta, "matrix": result}, {"solution": info},
+                      uncertainty=_matrix_uncertainty(plan, result, norm_bound, request))
 
     return _release(session, df, all_columns, task="linear_regression", plan=plan, d=d, request=request, finish=finish,
                     release_id=release_id, norm_bound=norm_bound, nonfinite=nonfinite, dimension=None,
@@ -346,7 +356,10 @@ def pca(
 
     def finish(matrix) -> Noised:
         vals, vecs = principal_components(matrix, k)
-        return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix})
+        bounds, accuracy = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, matrix, vals, vecs, norm_bound,
+                                           confidence_of(request))
+        return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix}, {"accuracy": accuracy},
+                      uncertainty={**_matrix_uncertainty(plan, matrix, norm_bound, request), **bounds})
 
     return _release(session, df, columns, task="pca", plan=plan, d=d, request=request, finish=finish,
                     release_id=release_id, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,
