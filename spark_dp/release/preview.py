@@ -216,8 +216,7 @@ def _stored_status(session: DPSession, charge, request_sha256: str) -> tuple[boo
     if charge.dataset_id != session.dataset_id or charge.request_sha256 != request_sha256:
         return False, (f"Release id {charge.release_id!r} was used for a different request (dataset "
                        f"{charge.dataset_id!r}); choose a new release id.")
-    from spark_dp.release import storage
-    from spark_dp.release.release import release_exists
+    from spark_dp.release import release_exists, storage
 
     location = charge.location or storage.join(session.output, charge.release_id)
     if not release_exists(location):
