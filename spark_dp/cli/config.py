@@ -121,7 +121,7 @@ class PrivacyConfig:
 
     epsilon: float | None  # None only with mode "none"
     delta: float | None
-    norm_bound: float | None
+    norm_bound: float | str | None  # "auto" where the task allows it (TaskSpec.norm_bound_auto)
     neighbors: str = "add_remove"
     sampler: str = "secure"
     extra: dict = field(default_factory=dict)  # task-specific keys (TaskSpec.privacy_keys)
@@ -235,7 +235,8 @@ class JobConfig:
             delta=None if pmode == "none" else P.check("delta", pv["delta"], owner=OWNER, key="privacy.delta"),
             mode=pmode,
             norm_bound=None if pv.get("norm_bound") is None else P.check(
-                "norm_bound", pv["norm_bound"], owner=OWNER, key="privacy.norm_bound"),
+                "norm_bound_or_auto" if spec.norm_bound_auto else "norm_bound", pv["norm_bound"], owner=OWNER,
+                key="privacy.norm_bound"),
             neighbors=V.check_option("privacy.neighbors", pv.get("neighbors", "add_remove"), spec.neighbors, owner=OWNER),
             sampler=V.check_option("privacy.sampler", pv.get("sampler", "secure"), SAMPLERS, owner=OWNER),
             extra={k: check(f"privacy.{k}", pv[k]) for k, check in spec.privacy_keys.items() if pv.get(k) is not None},

@@ -104,8 +104,8 @@ def _spectrum(release: Release, ax, sections: list[str]) -> None:
 def _coefficient_sd(release: Release) -> np.ndarray | None:
     """First-order sd of β from Gaussian noise of scale σ on M = XᵀX and m = Xᵀy (Analyze Gauss)."""
     sigma = _sigma(release)
-    if sigma is None or "matrix" not in release.arrays:
-        return None
+    if sigma is None or "matrix" not in release.arrays or release.manifest.get("scaling"):
+        return None  # with bounds or an intercept column the matrix is in the data's units, not the noise's
     full = np.asarray(release["matrix"])
     M = full[:-1, :-1]
     beta = np.asarray(release["coefficients"])
