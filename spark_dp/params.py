@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -89,11 +90,16 @@ class Str(Constraint):
 
 @dataclass(frozen=True)
 class Bool(Constraint):
-    """True or False (not 0/1, not 'yes')."""
+    """True or False (not 0/1, not 'yes'); with ``nullable``, None too."""
 
-    def check(self, name: str, value: Any, *, owner: str) -> bool:
+    nullable: bool = False
+
+    def check(self, name: str, value: Any, *, owner: str) -> bool | None:
+        if value is None and self.nullable:
+            return None
         if not isinstance(value, bool):
-            raise ConfigError(f"The {name!r} parameter of {owner} must be true or false. Got {value!r} instead.")
+            accepted = "true, false or null" if self.nullable else "true or false"
+            raise ConfigError(f"The {name!r} parameter of {owner} must be {accepted}. Got {value!r} instead.")
         return value
 
 
@@ -140,14 +146,48 @@ class Bounds(Constraint):
                                   f"with lo < hi. Got {col!r}: {pair!r} instead.")
             out[col] = (float(pair[0]), float(pair[1]))
         return out
+class TableName(Constraint):
+    """A catalog table name: ``tbl``, ``db.tbl`` or ``catalog.db.tbl`` (backquoted parts allowed)."""
+
+    def check(self, name: str, value: Any, *, owner: str) -> str:
+        return check_table_name(V.check_str(name, value, owner=owner), key=name)
+
+
+@dataclass(frozen=True)
+class Check(Constraint):
+    """A family's own check, ``fn(name, value, owner) -> value`` (e.g. a histogram's domain)."""
+
+    fn: Callable[[str, Any, str], Any]
+
+    def check(self, name: str, value: Any, *, owner: str) -> Any:
+        return self.fn(name, value, owner)
+
+
+class Constraints(dict):
+    """A table of constraints by API keyword, checked the same way from the API and from a config.
+
+    ``FAMILY.check("postprocess", value, owner="second_moment")`` checks an API
+    parameter; ``FAMILY.validator("postprocess", "the config")`` is a config
+    key's ``(key, value) -> value``.
+    """
+
+    def check(self, name: str, value: Any, *, owner: str, key: str | None = None) -> Any:
+        """``value`` checked against ``self[name]``; errors name ``key`` (a config key) or ``name``."""
+        return self[name].check(key or name, value, owner=owner)
+
+    def validator(self, name: str, owner: str):
+        """The config form of ``self[name]``: ``(qualified_key, value) -> value``."""
+        return self[name].validator(owner)
 
 
 POSITIVE = Real(0, math.inf, low_open=True)
 
-#: The shared parameters, by their API keyword. Family-specific option lists
-#: (mechanisms, calibrations, …) stay with their family and are checked with
-#: :class:`Options` there.
-PARAMS: dict[str, Constraint] = {
+#: The shared parameters, by their API keyword. Each family declares its own
+#: parameters (mechanism options: postprocess, calibration, mode, …) as a
+#: :class:`Constraints` table in its module without pyspark
+#: (``second_moment.mechanisms.PARAMS``, ``sketch.constraints.PARAMS``,
+#: ``tensor.mechanisms.PARAMS``), used by its API and its config task alike.
+PARAMS: Constraints = Constraints({
     # privacy
     "epsilon": POSITIVE,
     "delta": Real(0, 1, low_open=True, high_open=True),
@@ -158,6 +198,8 @@ PARAMS: dict[str, Constraint] = {
     "privacy_unit": Optional(Str()),
     "max_rows_per_unit": Int(1),
     "dimension": Optional(Int(1)),
+    # uncertainty: the level of every interval of a release (configs: output.confidence)
+    "confidence": Real(0, 1, low_open=True, high_open=True),
     # components, repetitions, iterations
     "k": Int(1),
     "repetitions": Int(1),
@@ -185,17 +227,17 @@ PARAMS: dict[str, Constraint] = {
     # tensor
     "entry_scale": POSITIVE,
     "whiten": Bool(),
-}
+})
 
 
 def check(name: str, value: Any, *, owner: str, key: str | None = None) -> Any:
     """``value`` checked against :data:`PARAMS` ``[name]``; errors name ``key`` (a config key) or ``name``."""
-    return PARAMS[name].check(key or name, value, owner=owner)
+    return PARAMS.check(name, value, owner=owner, key=key)
 
 
 def validator(name: str, owner: str):
     """The config form of :data:`PARAMS` ``[name]``: ``(qualified_key, value) -> value``."""
-    return PARAMS[name].validator(owner)
+    return PARAMS.validator(name, owner)
 
 
 # -- where a dataset is (config values; Spark reads it later) ---------------------------

@@ -65,9 +65,10 @@ def test_regression_with_bounds_is_ols_with_intercept_in_data_units(data, tmp_pa
     assert np.allclose(rel["matrix"], full.T @ full, rtol=1e-9)
     assert rel.privacy["norm_bound"] == pytest.approx(2.0)  # √(2 features + constant + label), nothing clipped
     assert rel.manifest["scaling"]["bounds"] == {k: list(v) for k, v in BOUNDS.items()}
-    iv = rel.manifest["intervals"]
-    assert iv["covers"] == "noise+sampling" and "Ferrando" in iv["method"]
-    assert iv["arrays"]["intercept"]["low"][0] <= rel["intercept"][0] <= iv["arrays"]["intercept"]["high"][0]
+    u = rel.uncertainty["coefficients"]
+    assert u.covers == "noise+sampling" and "Ferrando" in u.method and u.low.shape == (2,)
+    low, high = rel.interval("intercept")
+    assert low[0] <= rel["intercept"][0] <= high[0]  # no noise here: the interval is the sampling error's
     # without an intercept the fit through the origin is solved in the data's units
     rel = api.linear_regression(s, df, ["a", "b"], "y", epsilon=1.0, delta=1e-6, bounds=BOUNDS, fit_intercept=False)
     assert np.allclose(rel["coefficients"], np.linalg.lstsq(Xc, yc, rcond=None)[0], rtol=1e-9)

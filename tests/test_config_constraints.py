@@ -1,8 +1,10 @@
 """Every config key of every task refuses an invalid value, naming the key (issue #13), without Spark.
 
 The keys come from the task registry (each TaskSpec's params, dataset and
-privacy keys) plus the sections every task shares, so a key added to a task
-without an entry in BAD fails ``test_every_key_has_an_invalid_value``.
+privacy keys) plus the declared tables of the sections every task shares
+(``spark_dp.cli.config``: DATASET, PRIVACY, LEDGER, OUTPUT), so a key added
+to a task or a section without an entry in COMMON or BAD fails
+``test_every_key_has_an_invalid_value``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import pytest
 import yaml
 
+from spark_dp.cli import config as C
 from spark_dp.cli.config import JobConfig, _Loader
 from spark_dp.cli.example_data import write_example_data
 from spark_dp.cli.tasks import tasks
@@ -25,18 +28,26 @@ BASE = {  # a shipped config per task: the valid request each bad value is put i
     "count_sketch": "count_sketch_private_count_sketch.yaml",
     "tensor_decomposition": "tensor_private_rows.yaml",
 }
+SECTIONS = {"dataset": C.DATASET, "privacy": C.PRIVACY, "ledger": C.LEDGER, "output": C.OUTPUT}
 COMMON = {  # (section, key): invalid value — keys every task has
     ("privacy", "epsilon"): 0.0, ("privacy", "delta"): 1.0, ("privacy", "neighbors"): "swap",
-    ("privacy", "sampler"): "fast", ("dataset", "max_rows_per_unit"): 0, ("dataset", "nonfinite"): "keep",
+    ("privacy", "sampler"): "fast", ("privacy", "norm_bound"): 0.0, ("privacy", "mode"): "off",
+    ("dataset", "max_rows_per_unit"): 0, ("dataset", "nonfinite"): "keep",
     ("dataset", "privacy_unit"): 7, ("dataset", "dimension"): 0, ("dataset", "columns"): [],
-    ("dataset", "id"): "", ("release_id", None): "../evil",
+    ("dataset", "id"): "", ("dataset", "path"): "", ("dataset", "table"): "db.t",  # (besides dataset.path)
+    ("dataset", "where"): "x > 1",  # (with dataset.path)
+    ("dataset", "format"): "xml", ("dataset", "options"): 3,
+    ("ledger", "uri"): "ftp://ledger", ("ledger", "epsilon_limit"): 0.0, ("ledger", "delta_limit"): 1.0,
+    ("ledger", "lifetime_epsilon_limit"): -1.0, ("ledger", "lifetime_delta_limit"): 0.0,
+    ("output", "path"): "", ("output", "table"): "not a table!", ("output", "format"): "csv",
+    ("release_id", None): "../evil", ("output", "confidence"): 1.0,
 }
 BAD = {  # task-specific key: invalid value
     "k": 0, "calibration": "classic", "dof": 0, "postprocess": "round", "prior_dof": 0, "projection": "fft",
     "projection_rows": 0, "public_n": 0, "row_ids": "random", "ridge": -1.0, "iterations": 0, "mode": "stream",
     "restarts": 0, "rows_per_round": 0, "whiten": "yes", "worker_cache_bytes": -1, "buckets": 0, "domain": [],
     "heavy_hitters": {"top": 0}, "repetitions": 0, "nulls": "keep", "unit_clipping": "l3", "unit_l2_bound": 0.0,
-    "weight": 3, "label": 3, "entry_scale": 0.0, "norm_bound": 0.0, "bounds": {"x1": [1, 0]}, "fit_intercept": "yes",
+    "weight": 3, "label": 3, "entry_scale": 0.0, "bounds": {"x1": [1, 0]}, "fit_intercept": "yes",
     "norm_bound_share": 1.0, "norm_bound_quantile": 0.0,
 }
 NAMED = {"heavy_hitters": "params.heavy_hitters.top"}  # keys whose error names a nested key
@@ -44,11 +55,9 @@ NAMED = {"heavy_hitters": "params.heavy_hitters.top"}  # keys whose error names 
 
 def _cases():
     for task, spec in tasks().items():
-        keys = [(sec, key) for sec, key in COMMON]
+        keys = [(sec, key) for sec, decl in SECTIONS.items() for key in decl] + [("release_id", None)]
         keys += [("params", k) for k in spec.params] + [("dataset", k) for k in spec.dataset_keys]
         keys += [("privacy", k) for k in spec.privacy_keys]
-        if spec.requires_norm_bound or spec.norm_bound_auto or task == "tensor_decomposition":
-            keys.append(("privacy", "norm_bound"))
         for sec, key in keys:
             yield pytest.param(task, sec, key, id=f"{task}-{sec}.{key}" if key else f"{task}-{sec}")
 

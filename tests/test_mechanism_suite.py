@@ -6,8 +6,9 @@ count_sketch with every sketch mechanism, tensor_decomposition with every privat
 every input it takes:
 
 * **idempotence** — the same ``release_id`` with the same request returns the stored release
-  (``reused``, identical arrays, no new ledger charge, no sampler draw); a different request under
-  the same id raises ReleaseConflictError, charging and drawing nothing;
+  (``reused``, identical arrays, no new ledger charge, no sampler draw — not even a sketch's fresh
+  hash seeds); a different request under the same id raises ReleaseConflictError, charging and
+  drawing nothing;
 * **bad parameters** — an invalid value of each of the mechanism's parameters raises ConfigError
   naming the parameter, with nothing charged (ledger status unchanged), nothing drawn and nothing
   written under the output directory.
@@ -212,7 +213,8 @@ def _ledger_state(dp) -> tuple:
 
 
 def _noise_calls(sampler: Recorder) -> int:
-    return sum(sampler.calls[m] for m in ("gaussian", "laplace", "standard_normal"))
+    """Every use of the session's sampler: noise, and ``key`` (secret keys, the sketches' fresh hash seeds)."""
+    return sum(sampler.calls[m] for m in ("gaussian", "laplace", "standard_normal", "key"))
 
 
 def _written(tmp_path) -> list[str]:

@@ -25,9 +25,9 @@ import spark_dp.aggregates.sketch as sk
 import spark_dp.aggregates.sketch._kernels as sk_kernels
 import spark_dp.aggregates.sketch._sql as sk_sql
 from spark_dp.cli.main import main as cli_main
-from spark_dp.errors import ConfigError, SchemaError
+from spark_dp.errors import ConfigError, ReleaseConflictError, SchemaError
 from spark_dp.privacy import SeededSampler, open_ledger
-from spark_dp.sketch import heavy_hitters, merge_sketches
+from spark_dp.sketch import heavy_hitters, merge_sketches, seeds_from_payload
 from spark_dp.sketch.api import count_sketch
 from spark_dp.sketch.hashing import buckets_and_signs, hashed_ids
 
@@ -382,3 +382,24 @@ def test_black_box_hashed_neighbours(spark):
     assert empirical_epsilon(x0, x1, 1e-6) < 1.0
     x0, x1 = _projections(UnderNoised(), plan, t0, t1, 300_000)
     assert empirical_epsilon(x0, x1, 1e-6) > 1.0
+
+
+def test_a_stored_dyadic_release_draws_no_seeds(spark, strings_dir, tmp_path):
+    """The fresh hash seeds (every level and the domain hash) are drawn after the release-id lookup."""
+    from tests._samplers import Recorder
+
+    sampler = Recorder()
+    dp = spark_dp.DPSession("t.dy", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=50.0, delta_limit=1e-3,
+                            output=str(tmp_path / "out"), sampler=sampler)
+    df = spark.read.parquet(strings_dir)
+    kw = dict(epsilon=1.0, delta=1e-6, repetitions=3, buckets=64, levels=4, release_id="dy-seeds")
+    first = count_sketch(dp, df, "item", **kw)
+    assert sampler.calls["key"] == 3 * 4 + 1  # k seeds per level, then the domain hash's seed
+    again = count_sketch(dp, df, "item", **kw)
+    assert again.reused and sampler.calls["key"] == 3 * 4 + 1
+    assert again.manifest["sketch"] == first.manifest["sketch"]
+    assert again.manifest["sketch"]["domain_hash"]["seed"] == str(seeds_from_payload(first["hash_seed"])[0])
+    with pytest.raises(ReleaseConflictError):
+        count_sketch(dp, df, "item", **{**kw, "repetitions": 5})
+    assert sampler.calls["key"] == 3 * 4 + 1
+

@@ -16,7 +16,7 @@ from spark_dp.cli.config import JobConfig
 from spark_dp.cli.main import main as cli_main
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.release import load_release, write_release_table
-from spark_dp.release.table import COLUMNS, release_rows
+from spark_dp.release.table import COLUMNS, UNCERTAINTY_COLUMNS, release_rows
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_table_in_and_out_through_the_cli(spark, tmp_path, db, capsys):
     assert rel.manifest["dataset_id"] == "t.points"
 
     rows = spark.table(out_table).toPandas()
-    assert list(rows.columns) == list(COLUMNS)
+    assert list(rows.columns) == [*COLUMNS, *UNCERTAINTY_COLUMNS]  # the values, then their error bars
     assert set(rows["release_id"]) == {"cov-2026-11-30"} and len(rows) == 9
     assert set(rows["array"]) == {"matrix"} and rows["k"].isna().all() and rows["l"].isna().all()
     back = np.zeros((3, 3))

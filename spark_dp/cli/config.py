@@ -3,6 +3,12 @@
 Unknown keys and bad values raise :class:`~spark_dp.errors.ConfigError`
 naming the key, e.g. ``The 'privacy.epsilon' parameter of the config must be
 a float in the range (0, inf). Got -1 instead.``
+
+Each section is declared once, as a table of its keys (:class:`Key`: the
+:mod:`spark_dp.params` constraint and the default of an absent key), and read
+by a small reader of its own; a task adds keys through its
+:class:`~spark_dp.cli.tasks.TaskSpec`. Adding a key to a section is one line
+in its table (and a reader line where it needs a dataclass field).
 """
 
 from __future__ import annotations
@@ -18,25 +24,73 @@ from spark_dp import _validation as V
 from spark_dp import params as P
 from spark_dp.cli.tasks import tasks
 from spark_dp.errors import ConfigError
-from spark_dp.params import FORMATS, TABLE, check_path_exists, check_table_name
+from spark_dp.params import FORMATS, TABLE, check_path_exists
 from spark_dp.privacy.noise import SAMPLERS
 from spark_dp.release.ids import canonical_sha256, check_release_id
 
 OWNER = "the config"
-TOP_KEYS = ("release_id", "dataset", "task", "mechanism", "privacy", "params", "ledger", "output")
-REQUIRED_TOP = ("dataset", "task", "mechanism", "privacy", "ledger", "output")
-DATASET_KEYS = ("id", "path", "table", "where", "format", "columns", "dimension", "privacy_unit", "max_rows_per_unit", "nonfinite", "options")
-PRIVACY_KEYS = ("epsilon", "delta", "norm_bound", "neighbors", "sampler", "mode")
 # privacy.mode: "dp" (default) or "none" — the explicit opt-in for a non-private
 # mechanism on the dataset's rows (tensor online_power_method); see tensor.api.
 PRIVACY_MODES = ("dp", "none")
-LEDGER_KEYS = ("uri", "epsilon_limit", "delta_limit", "lifetime_epsilon_limit", "lifetime_delta_limit")
-OUTPUT_KEYS = ("path", "format", "table")
 TABLE_FORMATS = ("parquet", "delta")
 LARGE_EPSILON = 5.0
 
 
-def _section(raw: dict, name: str, keys: tuple[str, ...], required: tuple[str, ...]) -> dict:  # noqa: D401
+@dataclass(frozen=True)
+class Key:
+    """One config key: its constraint (None: read by its section's reader) and the value of an absent key."""
+
+    constraint: P.Constraint | None = None
+    default: Any = None
+    required: bool = False
+
+
+# -- the sections, declared once ------------------------------------------------------------
+TOP = {"release_id": Key(), "dataset": Key(required=True), "task": Key(required=True),
+       "mechanism": Key(required=True), "privacy": Key(required=True), "params": Key(),
+       "ledger": Key(required=True), "output": Key(required=True)}
+DATASET = {
+    "id": Key(P.Str(), required=True),
+    # where the data is: files (path, format, options) or a catalog table (table, where) — _dataset_source
+    "path": Key(), "table": Key(), "where": Key(), "format": Key(), "options": Key(),
+    "columns": Key(),  # required but for an explicit tensor (format: tensor) — _columns
+    "dimension": Key(P.PARAMS["dimension"]),
+    "privacy_unit": Key(P.PARAMS["privacy_unit"]),
+    "max_rows_per_unit": Key(P.PARAMS["max_rows_per_unit"], 1),
+    "nonfinite": Key(P.PARAMS["nonfinite"], "drop"),
+}
+PRIVACY = {
+    # required with mode "dp" (norm_bound where the task says so), refused with mode "none" — _read_privacy
+    "epsilon": Key(P.Optional(P.PARAMS["epsilon"])),
+    "delta": Key(P.Optional(P.PARAMS["delta"])),
+    "norm_bound": Key(P.Optional(P.PARAMS["norm_bound"])),
+    "neighbors": Key(P.Options(P.NEIGHBORS), "add_remove"),  # narrowed to the task's (TaskSpec.neighbors)
+    "sampler": Key(P.Options(SAMPLERS), "secure"),
+    "mode": Key(P.Options(PRIVACY_MODES), "dp"),
+}
+LEDGER = {
+    "uri": Key(P.Str(), required=True),
+    "epsilon_limit": Key(P.Optional(P.POSITIVE)),
+    "delta_limit": Key(P.Optional(P.PARAMS["delta"])),
+    "lifetime_epsilon_limit": Key(P.Optional(P.POSITIVE)),
+    "lifetime_delta_limit": Key(P.Optional(P.PARAMS["delta"])),
+}
+LEDGER_PAIRS = (("epsilon_limit", "delta_limit"), ("lifetime_epsilon_limit", "lifetime_delta_limit"))
+LEDGER_SCHEMES = ("sqlite", "postgresql", "postgres")
+OUTPUT = {
+    "path": Key(P.Str(), required=True),
+    "table": Key(P.Optional(P.TableName())),
+    "format": Key(None, "parquet"),  # parquet or delta with a table, parquet without — _read_output
+    "confidence": Key(P.PARAMS["confidence"], 0.95),  # level of the released intervals
+}
+# The key lists (error messages, tests).
+TOP_KEYS = tuple(TOP)
+REQUIRED_TOP = tuple(k for k, key in TOP.items() if key.required)
+DATASET_KEYS, PRIVACY_KEYS, LEDGER_KEYS, OUTPUT_KEYS = (tuple(s) for s in (DATASET, PRIVACY, LEDGER, OUTPUT))
+
+
+def _section(raw: dict, name: str, keys, required) -> dict:
+    """The mapping ``raw[name]``; refuses a non-mapping, an unknown key and a missing required key."""
     sec = raw.get(name)
     if not isinstance(sec, dict):
         raise ConfigError(f"The {name!r} section of the config must be a mapping. Got {sec!r} instead.")
@@ -47,6 +101,17 @@ def _section(raw: dict, name: str, keys: tuple[str, ...], required: tuple[str, .
         if sec.get(k) is None:
             raise ConfigError(f"Missing required key '{name}.{k}' in the config.")
     return sec
+
+
+def _checked(sec: dict, name: str, decl: dict[str, Key]) -> dict[str, Any]:
+    """The declared keys of section ``name`` that have a constraint, checked (absent keys: their defaults)."""
+    return {k: key.constraint.check(f"{name}.{k}", sec.get(k, key.default), owner=OWNER)
+            for k, key in decl.items() if key.constraint is not None}
+
+
+def _task_keys(sec: dict, name: str, validators: dict) -> dict[str, Any]:
+    """A task's own keys in section ``name`` (TaskSpec.dataset_keys / privacy_keys / params), those given."""
+    return {k: check(f"{name}.{k}", sec[k]) for k, check in validators.items() if sec.get(k) is not None}
 
 
 def _renamed(raw: dict, spec) -> dict:
@@ -102,17 +167,44 @@ def _dataset_source(ds: dict, spec) -> tuple[str, str, dict]:
             raise ConfigError("The 'dataset.where' parameter applies to 'dataset.table' only; filter files upstream.")
         path = V.check_str("dataset.path", ds["path"], owner=OWNER)
         fmt = V.check_option("dataset.format", ds.get("format", "parquet"), spec.formats or FORMATS, owner=OWNER)
-        return path, fmt, {}
+        options = ds.get("options") or {}
+        if not isinstance(options, dict):
+            raise ConfigError(f"The 'dataset.options' parameter must be a mapping. Got {options!r} instead.")
+        return path, fmt, dict(options)
     if spec.formats is not None and "parquet" not in spec.formats:
         raise ConfigError(f"The 'dataset.table' parameter is not supported for task {spec.name!r}.")
     for key in ("format", "options"):
         if ds.get(key) is not None:
             raise ConfigError(f"The 'dataset.{key}' parameter does not apply to 'dataset.table'; remove it.")
-    table = check_table_name(V.check_str("dataset.table", ds["table"], owner=OWNER))
+    table = P.TableName().check("dataset.table", ds["table"], owner=OWNER)
     where = ds.get("where")
     if where is not None:
         where = V.check_str("dataset.where", where, owner=OWNER)
     return table, TABLE, ({"where": where} if where else {})
+
+
+def _columns(ds: dict, explicit_tensor: bool) -> tuple[str, ...]:
+    """``dataset.columns``: a non-empty list of names (one name may be a string); optional for a .npy tensor."""
+    columns = ds.get("columns") or []
+    if isinstance(columns, str):
+        columns = [columns]
+    if (not explicit_tensor or ds.get("columns") is not None) and (
+        not isinstance(columns, list) or not columns or not all(isinstance(c, str) and c for c in columns)
+    ):
+        raise ConfigError(f"The 'dataset.columns' parameter must be a non-empty list of column names. "
+                          f"Got {ds['columns']!r} instead.")
+    return tuple(columns)
+
+
+def _read_dataset(raw: dict, spec) -> DatasetConfig:
+    """The ``dataset`` section: :data:`DATASET` plus the task's ``dataset_keys``."""
+    explicit_tensor = isinstance(ds := raw.get("dataset"), dict) and ds.get("format") == "tensor"
+    required = ("id",) if explicit_tensor else ("id", "columns")  # a .npy tensor has no columns
+    ds = _section(raw, "dataset", DATASET_KEYS + tuple(spec.dataset_keys), required)
+    path, fmt, options = _dataset_source(ds, spec)
+    columns = _columns(ds, explicit_tensor)
+    return DatasetConfig(path=path, format=fmt, columns=columns, options=options, **_checked(ds, "dataset", DATASET),
+                         extra=_task_keys(ds, "dataset", spec.dataset_keys))
 
 
 @dataclass(frozen=True)
@@ -128,6 +220,39 @@ class PrivacyConfig:
     mode: str = "dp"
 
 
+def _read_privacy(raw: dict, spec) -> PrivacyConfig:
+    """The ``privacy`` section: :data:`PRIVACY` plus the task's ``privacy_keys``; ``mode: none`` needs no budget."""
+    pv = raw.get("privacy")
+    mode = PRIVACY["mode"].constraint.check(
+        "privacy.mode", pv.get("mode", "dp") if isinstance(pv, dict) else "dp", owner=OWNER)
+    required = () if mode == "none" else ("epsilon", "delta", "norm_bound") if spec.requires_norm_bound else (
+        "epsilon", "delta")
+    pv = _section(raw, "privacy", PRIVACY_KEYS + tuple(spec.privacy_keys), required)
+    if mode == "none":
+        if spec.name != "tensor_decomposition":
+            raise ConfigError(f"The 'privacy.mode' parameter may be 'none' only for task 'tensor_decomposition' "
+                              f"(its non-private mechanisms). Got 'none' for task {spec.name!r}.")
+        for key in ("epsilon", "delta"):
+            if pv.get(key) is not None:
+                raise ConfigError(f"The 'privacy.{key}' parameter has no meaning with 'privacy.mode: none' "
+                                  "(nothing is private or charged); remove it.")
+    decl = {**PRIVACY, "neighbors": Key(P.Options(spec.neighbors), PRIVACY["neighbors"].default)}
+    if spec.norm_bound_auto:  # a number or "auto" (chosen privately from the data; TaskSpec.norm_bound_auto)
+        decl["norm_bound"] = Key(P.PARAMS["norm_bound_or_auto"])
+    return PrivacyConfig(**_checked(pv, "privacy", decl), extra=_task_keys(pv, "privacy", spec.privacy_keys))
+
+
+def _read_params(raw: dict, spec) -> dict:
+    """The ``params`` section: the task's keys (TaskSpec.params), each checked."""
+    params = raw.get("params") or {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"The 'params' section of the config must be a mapping. Got {params!r} instead.")
+    for k in params:
+        if k not in spec.params:
+            raise ConfigError(f"Unknown key 'params.{k}' for task {spec.name!r}; expected one of {sorted(spec.params)}.")
+    return {k: spec.params[k](f"params.{k}", v) for k, v in params.items()}
+
+
 @dataclass(frozen=True)
 class LedgerConfig:
     """The ``ledger`` section: its URI, the dataset's total budget (set on first use), and ``lifetime_*``: a cap
@@ -141,6 +266,23 @@ class LedgerConfig:
     lifetime_delta_limit: float | None = None
 
 
+def _read_ledger(raw: dict, privacy: PrivacyConfig) -> LedgerConfig:
+    """The ``ledger`` section (:data:`LEDGER`): limits come in (ε, δ) pairs; no limit with ``privacy.mode: none``."""
+    lg = _section(raw, "ledger", LEDGER_KEYS, tuple(k for k, key in LEDGER.items() if key.required))
+    for eps, delta in LEDGER_PAIRS:
+        if (lg.get(eps) is None) != (lg.get(delta) is None):
+            raise ConfigError(f"Give both 'ledger.{eps}' and 'ledger.{delta}', or neither.")
+    ledger = LedgerConfig(**_checked(lg, "ledger", LEDGER))
+    for key in ("epsilon_limit", "lifetime_epsilon_limit"):
+        if privacy.mode == "none" and getattr(ledger, key) is not None:
+            raise ConfigError(f"The 'ledger.{key}' parameter must not be given with 'privacy.mode: none': a "
+                              "dataset with a privacy budget never gets non-private releases.")
+    if "://" in ledger.uri and ledger.uri.split("://")[0] not in LEDGER_SCHEMES:
+        raise ConfigError(f"The 'ledger.uri' parameter must be a sqlite:/// or postgresql:// URI, or a file path. "
+                          f"Got {ledger.uri!r} instead.")
+    return ledger
+
+
 @dataclass(frozen=True)
 class OutputConfig:
     """The ``output`` section: the release directory root (always), and optionally a warehouse table.
@@ -152,6 +294,30 @@ class OutputConfig:
     path: str
     format: str = "parquet"
     table: str | None = None
+    confidence: float = 0.95
+
+
+def _read_output(raw: dict) -> OutputConfig:
+    """The ``output`` section (:data:`OUTPUT`): ``format`` may be ``delta`` only with a ``table``."""
+    out = _section(raw, "output", OUTPUT_KEYS, tuple(k for k, key in OUTPUT.items() if key.required))
+    values = _checked(out, "output", OUTPUT)
+    formats = TABLE_FORMATS if values["table"] else ("parquet",)
+    return OutputConfig(**values, format=V.check_option("output.format", out.get("format", OUTPUT["format"].default),
+                                                        formats, owner=OWNER))
+
+
+def _read_top(raw: Any):
+    """The top level: a mapping of the known sections; returns the task's spec."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"The config must be a mapping of keys to values. Got {type(raw).__name__} instead.")
+    unknown = sorted(set(raw) - set(TOP_KEYS))
+    if unknown:
+        raise ConfigError(f"Unknown key {unknown[0]!r} in the config; expected one of {sorted(TOP_KEYS)}.")
+    for k in REQUIRED_TOP:
+        if raw.get(k) is None:
+            raise ConfigError(f"Missing required key {k!r} in the config.")
+    registry = tasks()
+    return registry[V.check_option("task", raw["task"], registry, owner=OWNER)]
 
 
 @dataclass(frozen=True)
@@ -171,128 +337,19 @@ class JobConfig:
     @classmethod
     def from_dict(cls, raw: Any, *, check_paths: bool = True) -> JobConfig:
         """Validates a parsed config; raises ConfigError naming the first bad key."""
-        if not isinstance(raw, dict):
-            raise ConfigError(f"The config must be a mapping of keys to values. Got {type(raw).__name__} instead.")
-        unknown = sorted(set(raw) - set(TOP_KEYS))
-        if unknown:
-            raise ConfigError(f"Unknown key {unknown[0]!r} in the config; expected one of {sorted(TOP_KEYS)}.")
-        for k in REQUIRED_TOP:
-            if raw.get(k) is None:
-                raise ConfigError(f"Missing required key {k!r} in the config.")
-
-        registry = tasks()
-        task = V.check_option("task", raw["task"], registry, owner=OWNER)
-        spec = registry[task]
+        spec = _read_top(raw)
         sha256 = canonical_sha256(raw)  # of the config as written: renaming keys keeps re-runs idempotent
         raw = _renamed(raw, spec)
         mechanism = V.check_option("mechanism", raw["mechanism"], spec.mechanisms, owner=OWNER)
-        param_checks = spec.params
-
-        explicit_tensor = isinstance(ds := raw.get("dataset"), dict) and ds.get("format") == "tensor"
-        ds = _section(raw, "dataset", DATASET_KEYS + tuple(spec.dataset_keys),
-                      ("id",) if explicit_tensor else ("id", "columns"))  # a .npy tensor has no columns
-        source = _dataset_source(ds, spec)
-        columns = ds.get("columns") or []
-        if isinstance(columns, str):
-            columns = [columns]
-        if (not explicit_tensor or ds.get("columns") is not None) and (
-            not isinstance(columns, list) or not columns or not all(isinstance(c, str) and c for c in columns)
-        ):
-            raise ConfigError(f"The 'dataset.columns' parameter must be a non-empty list of column names. Got {ds['columns']!r} instead.")
-        options = ds.get("options") or {}
-        if not isinstance(options, dict):
-            raise ConfigError(f"The 'dataset.options' parameter must be a mapping. Got {options!r} instead.")
-        dataset = DatasetConfig(
-            id=V.check_str("dataset.id", ds["id"], owner=OWNER),
-            path=source[0],
-            format=source[1],
-            columns=tuple(columns),
-            dimension=P.check("dimension", ds.get("dimension"), owner=OWNER, key="dataset.dimension"),
-            privacy_unit=P.check("privacy_unit", ds.get("privacy_unit"), owner=OWNER, key="dataset.privacy_unit"),
-            max_rows_per_unit=P.check("max_rows_per_unit", ds.get("max_rows_per_unit", 1), owner=OWNER,
-                                      key="dataset.max_rows_per_unit"),
-            nonfinite=P.check("nonfinite", ds.get("nonfinite", "drop"), owner=OWNER, key="dataset.nonfinite"),
-            options=source[2] if source[1] == TABLE else dict(options),
-            extra={k: check(f"dataset.{k}", ds[k]) for k, check in spec.dataset_keys.items() if ds.get(k) is not None},
-        )
-
-        pmode = V.check_option("privacy.mode", (raw.get("privacy") or {}).get("mode", "dp")
-                               if isinstance(raw.get("privacy"), dict) else "dp", PRIVACY_MODES, owner=OWNER)
-        required = ("epsilon", "delta", "norm_bound") if spec.requires_norm_bound else ("epsilon", "delta")
-        if pmode == "none":
-            required = ()
-        pv = _section(raw, "privacy", PRIVACY_KEYS + tuple(spec.privacy_keys), required)
-        if pmode == "none":
-            if task != "tensor_decomposition":
-                raise ConfigError(f"The 'privacy.mode' parameter may be 'none' only for task 'tensor_decomposition' "
-                                  f"(its non-private mechanisms). Got 'none' for task {task!r}.")
-            for key in ("epsilon", "delta"):
-                if pv.get(key) is not None:
-                    raise ConfigError(f"The 'privacy.{key}' parameter has no meaning with 'privacy.mode: none' "
-                                      "(nothing is private or charged); remove it.")
-        privacy = PrivacyConfig(
-            epsilon=None if pmode == "none" else P.check("epsilon", pv["epsilon"], owner=OWNER, key="privacy.epsilon"),
-            delta=None if pmode == "none" else P.check("delta", pv["delta"], owner=OWNER, key="privacy.delta"),
-            mode=pmode,
-            norm_bound=None if pv.get("norm_bound") is None else P.check(
-                "norm_bound_or_auto" if spec.norm_bound_auto else "norm_bound", pv["norm_bound"], owner=OWNER,
-                key="privacy.norm_bound"),
-            neighbors=V.check_option("privacy.neighbors", pv.get("neighbors", "add_remove"), spec.neighbors, owner=OWNER),
-            sampler=V.check_option("privacy.sampler", pv.get("sampler", "secure"), SAMPLERS, owner=OWNER),
-            extra={k: check(f"privacy.{k}", pv[k]) for k, check in spec.privacy_keys.items() if pv.get(k) is not None},
-        )
-
-        params = raw.get("params") or {}
-        if not isinstance(params, dict):
-            raise ConfigError(f"The 'params' section of the config must be a mapping. Got {params!r} instead.")
-        for k in params:
-            if k not in param_checks:
-                raise ConfigError(
-                    f"Unknown key 'params.{k}' for task {task!r}; expected one of {sorted(param_checks)}."
-                )
-        params = {k: param_checks[k](f"params.{k}", v) for k, v in params.items()}
-
-        lg = _section(raw, "ledger", LEDGER_KEYS, ("uri",))
-        if (lg.get("epsilon_limit") is None) != (lg.get("delta_limit") is None):
-            raise ConfigError("Give both 'ledger.epsilon_limit' and 'ledger.delta_limit', or neither.")
-        if (lg.get("lifetime_epsilon_limit") is None) != (lg.get("lifetime_delta_limit") is None):
-            raise ConfigError("Give both 'ledger.lifetime_epsilon_limit' and 'ledger.lifetime_delta_limit', or neither.")
-        ledger = LedgerConfig(
-            uri=V.check_str("ledger.uri", lg["uri"], owner=OWNER),
-            epsilon_limit=None if lg.get("epsilon_limit") is None else V.check_real(
-                "ledger.epsilon_limit", lg["epsilon_limit"], owner=OWNER, low=0, low_open=True),
-            delta_limit=None if lg.get("delta_limit") is None else V.check_real(
-                "ledger.delta_limit", lg["delta_limit"], owner=OWNER, low=0, high=1, low_open=True, high_open=True),
-            lifetime_epsilon_limit=None if lg.get("lifetime_epsilon_limit") is None else V.check_real(
-                "ledger.lifetime_epsilon_limit", lg["lifetime_epsilon_limit"], owner=OWNER, low=0, low_open=True),
-            lifetime_delta_limit=None if lg.get("lifetime_delta_limit") is None else V.check_real(
-                "ledger.lifetime_delta_limit", lg["lifetime_delta_limit"], owner=OWNER, low=0, high=1, low_open=True,
-                high_open=True),
-        )
-        for key in ("epsilon_limit", "lifetime_epsilon_limit"):
-            if privacy.mode == "none" and getattr(ledger, key) is not None:
-                raise ConfigError(f"The 'ledger.{key}' parameter must not be given with 'privacy.mode: none': a "
-                                  "dataset with a privacy budget never gets non-private releases.")
-        if "://" in ledger.uri and ledger.uri.split("://")[0] not in ("sqlite", "postgresql", "postgres"):
-            raise ConfigError(
-                f"The 'ledger.uri' parameter must be a sqlite:/// or postgresql:// URI, or a file path. Got {ledger.uri!r} instead."
-            )
-
-        out = _section(raw, "output", OUTPUT_KEYS, ("path",))
-        out_table = None if out.get("table") is None else check_table_name(
-            V.check_str("output.table", out["table"], owner=OWNER), key="output.table")
-        output = OutputConfig(
-            path=V.check_str("output.path", out["path"], owner=OWNER),
-            format=V.check_option("output.format", out.get("format", "parquet"),
-                                  TABLE_FORMATS if out_table else ("parquet",), owner=OWNER),
-            table=out_table,
-        )
-        release_id = raw.get("release_id")
-        if release_id is not None:
-            release_id = check_release_id(release_id, owner=OWNER)
+        dataset = _read_dataset(raw, spec)
+        privacy = _read_privacy(raw, spec)
+        params = _read_params(raw, spec)
+        ledger = _read_ledger(raw, privacy)
+        output = _read_output(raw)
+        release_id = None if raw.get("release_id") is None else check_release_id(raw["release_id"], owner=OWNER)
         if check_paths and dataset.format != TABLE:
             check_path_exists(dataset.path)
-        config = cls(release_id, dataset, task, mechanism, privacy, dict(params), ledger, output, sha256)
+        config = cls(release_id, dataset, spec.name, mechanism, privacy, params, ledger, output, sha256)
         if spec.check is not None:
             spec.check(config)
         return config

@@ -37,8 +37,9 @@ from spark_dp import _validation as V
 from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError
-from spark_dp.sketch.constraints import NULL_ITEMS, UNIT_CLIPPING, check_domain, check_sketch_request
-from spark_dp.sketch.count_sketch import MECHANISMS, plan_sketch
+from spark_dp.sketch.constraints import PARAMS as SKETCH_PARAMS
+from spark_dp.sketch.constraints import check_sketch_request
+from spark_dp.sketch.mechanisms import MECHANISMS, REGISTRY, accepting, plan_sketch
 
 OWNER = "the config"
 HH_KEYS = ("top", "candidates", "threshold", "levels", "hash_items")
@@ -60,9 +61,7 @@ def _check_hh(key: str, value: Any) -> dict:
         if out.get("candidates") is not None:
             raise ConfigError(f"Give either '{key}.candidates' or '{key}.levels' in the config, not both.")
     if out.get("hash_items") is not None:
-        if not isinstance(out["hash_items"], bool):
-            raise ConfigError(f"The '{key}.hash_items' parameter of {OWNER} must be true, false or null. "
-                              f"Got {out['hash_items']!r} instead.")
+        SKETCH_PARAMS.check("hash_items", out["hash_items"], owner=OWNER, key=f"{key}.hash_items")
         if out.get("levels") is None:
             raise ConfigError(f"The '{key}.hash_items' parameter of {OWNER} applies only with '{key}.levels'.")
     return out
@@ -87,9 +86,9 @@ def _check(config) -> None:
         domain=p.get("domain"), owner=OWNER,
     )
     levels = (p.get("heavy_hitters") or {}).get("levels")
-    if levels is not None and (config.mechanism != "private_count_sketch" or clip != "l1"):
+    if levels is not None and (not REGISTRY[config.mechanism].dyadic or clip != "l1"):
         raise ConfigError("The 'params.heavy_hitters.levels' parameter (dyadic heavy hitters) needs mechanism "
-                          "'private_count_sketch' and dataset.unit_clipping 'l1'.")
+                          f"{accepting('dyadic')!r} and dataset.unit_clipping 'l1'.")
     cand = (p.get("heavy_hitters") or {}).get("candidates")
     if cand is None:
         return
@@ -142,7 +141,7 @@ def _plan(config):
     m, clip, C = _unit_bound(config)
     if clip == "sketch_l2" and C is None:
         C = m**0.5
-    k = 1 if config.mechanism == "histogram" else config.params.get("repetitions", 15)
+    k = config.params.get("repetitions", 15) if REGISTRY[config.mechanism].hashed else 1
     levels = (config.params.get("heavy_hitters") or {}).get("levels")
     if levels is not None:
         from spark_dp.sketch.dyadic import plan_dyadic
@@ -198,7 +197,7 @@ def _run(session, config, spark, *, seeds=None):
         domain=config.params.get("domain"), top=hh.get("top") or 50, threshold=hh.get("threshold"),
         candidates=candidates, candidate_column=cand_col, levels=hh.get("levels"), seeds=seeds,
         hash_items=hh.get("hash_items"),
-        release_id=config.release_id, config_sha256=config.sha256, source=source,
+        release_id=config.release_id, config_sha256=config.sha256, confidence=config.output.confidence, source=source,
         # A plain Parquet read: let the tasks read the files themselves (same table, faster).
         source_paths=[config.dataset.path] if (config.dataset.format == "parquet" and config.dataset.path
                                                and not config.dataset.options) else None,
@@ -212,14 +211,12 @@ SPEC = register(TaskSpec(
         "repetitions": P.validator("repetitions", OWNER),
         "buckets": P.validator("buckets", OWNER),
         "heavy_hitters": _check_hh,
-        "domain": lambda k, v: check_domain(v, owner=OWNER, name=k),
+        "domain": SKETCH_PARAMS.validator("domain", OWNER),
     },
     plan=_plan,
     run=_run,
     dataset_keys={
-        "weight": lambda k, v: V.check_str(k, v, owner=OWNER),
-        "nulls": lambda k, v: V.check_option(k, v, NULL_ITEMS, owner=OWNER),
-        "unit_clipping": lambda k, v: V.check_option(k, v, UNIT_CLIPPING, owner=OWNER),
+        **{name: SKETCH_PARAMS.validator(name, OWNER) for name in ("weight", "nulls", "unit_clipping")},
         "unit_l2_bound": P.validator("unit_l2_bound", OWNER),
     },
     requires_norm_bound=False,

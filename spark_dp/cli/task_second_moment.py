@@ -12,7 +12,7 @@ Config (``params`` keys per task; all optional unless stated)::
              public_n: 100000, prior_dof: 20,   # inverse_wishart with neighbors: replace (m = public_n + prior_dof)
              ridge: 0.0,            # linear_regression only
              fit_intercept: true,   # linear_regression only; default true with dataset.bounds, false without
-             norm_bound_share: 0.1, norm_bound_quantile: 0.95,   # norm_bound: auto only
+             norm_bound_share: 0.1, norm_bound_quantile: 0.95,   # norm_bound: auto only (regression: 0.5)
              k: 3}                  # pca only (required)
 
 ``params.fit_intercept`` defaults to true when ``dataset.bounds`` is given and
@@ -28,10 +28,8 @@ from spark_dp import _validation as V
 from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError
-from spark_dp.params import ROW_IDS
 from spark_dp.privacy.quantile import plan_quantile
-from spark_dp.second_moment import POSTPROCESS
-from spark_dp.second_moment.jl_ridge import CALIBRATIONS, PROJECTIONS
+from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.mechanisms import (
     PCA_MECHANISMS,
     REGRESSION_MECHANISMS,
@@ -43,14 +41,13 @@ from spark_dp.second_moment.mechanisms import (
 OWNER = "the config"
 
 _COMMON_PARAMS = {
-    "postprocess": lambda k, v: V.check_option(k, v, POSTPROCESS, owner=OWNER),
+    "postprocess": SM_PARAMS.validator("postprocess", OWNER),
     **{name: P.validator(name, OWNER) for name in ("projection_rows", "dof", "public_n", "prior_dof")},
-    "calibration": lambda k, v: V.check_option(k, v, CALIBRATIONS, owner=OWNER),
-    "row_ids": lambda k, v: V.check_option(k, v, ROW_IDS, owner=OWNER),
-    "projection": lambda k, v: V.check_option(k, v, PROJECTIONS, owner=OWNER),
+    **{name: SM_PARAMS.validator(name, OWNER) for name in ("calibration", "row_ids", "projection")},
     **{name: P.validator(name, OWNER) for name in ("norm_bound_share", "norm_bound_quantile")},
 }
-DEFAULT_SHARE, DEFAULT_QUANTILE = 0.1, 0.95  # as the API's (spark_dp.second_moment.api)
+DEFAULT_SHARE = 0.1  # as the API's (spark_dp.second_moment.api; pyspark-free here)
+DEFAULT_QUANTILE = {"second_moment": 0.95, "pca": 0.95, "linear_regression": 0.5}
 
 
 def _dimension(config) -> int:
@@ -89,7 +86,7 @@ def _plan_for(config):
     p, priv = config.params, config.privacy
     nb = _norm_bound(config)
     quantile = None if nb != "auto" else plan_quantile(
-        priv.epsilon * p.get("norm_bound_share", DEFAULT_SHARE), p.get("norm_bound_quantile", DEFAULT_QUANTILE),
+        priv.epsilon * p.get("norm_bound_share", DEFAULT_SHARE), p.get("norm_bound_quantile", DEFAULT_QUANTILE[config.task]),
         max_rows_per_unit=config.dataset.max_rows_per_unit, neighbors=priv.neighbors)
     plan_for = bound_planner(
         config.mechanism, size=_size(config), epsilon=priv.epsilon, quantile=quantile, owner=OWNER,
@@ -137,8 +134,8 @@ def _common_kwargs(config) -> dict:
         epsilon=config.privacy.epsilon, delta=config.privacy.delta, norm_bound=config.privacy.norm_bound,
         bounds=config.dataset.extra.get("bounds"),
         norm_bound_share=p.get("norm_bound_share", DEFAULT_SHARE),
-        norm_bound_quantile=p.get("norm_bound_quantile", DEFAULT_QUANTILE),
-        mechanism=config.mechanism, release_id=config.release_id, neighbors=config.privacy.neighbors,
+        norm_bound_quantile=p.get("norm_bound_quantile", DEFAULT_QUANTILE[config.task]),
+        mechanism=config.mechanism, release_id=config.release_id, confidence=config.output.confidence, neighbors=config.privacy.neighbors,
         postprocess=p.get("postprocess", "none"), nonfinite=config.dataset.nonfinite,
         privacy_unit=config.dataset.privacy_unit, max_rows_per_unit=config.dataset.max_rows_per_unit,
         projection_rows=p.get("projection_rows"), dof=p.get("dof"), public_n=p.get("public_n"), prior_dof=p.get("prior_dof"),
@@ -197,7 +194,7 @@ REGRESSION_SPEC = register(TaskSpec(
     params={**_COMMON_PARAMS, "ridge": P.validator("ridge", OWNER), "fit_intercept": P.validator("fit_intercept", OWNER)},
     plan=_plan,
     run=_run_regression,
-    dataset_keys={"label": lambda k, v: V.check_str(k, v, owner=OWNER), "bounds": P.validator("bounds", OWNER)},
+    dataset_keys={"label": SM_PARAMS.validator("label", OWNER), "bounds": P.validator("bounds", OWNER)},
     check=_check,
     requires_norm_bound=False,
     norm_bound_auto=True,

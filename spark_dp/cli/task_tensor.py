@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from spark_dp import _validation as V
 from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.params import FORMATS
-from spark_dp.tensor.input_perturbation import input_perturbation_plan
-from spark_dp.tensor.mechanisms import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TENSOR_NEIGHBORS
-from spark_dp.tensor.private import CALIBRATIONS, MODES, rows_plan, tensor_entry_plan
-from spark_dp.tensor.whiten import whitened_rows_plan
+from spark_dp.tensor.mechanisms import (
+    EXPLICIT_ONLY,
+    PRIVATE,
+    ROWS_ONLY,
+    TENSOR_MECHANISMS,
+    TENSOR_NEIGHBORS,
+    TensorRequest,
+    plan_events,
+)
+from spark_dp.tensor.mechanisms import PARAMS as TENSOR_PARAMS
 
 OWNER = "the config"
 DEFAULTS = {"restarts": 20, "iterations": 30, "mode": "fresh", "rows_per_round": None, "calibration": "exact",
@@ -30,11 +35,7 @@ DEFAULTS = {"restarts": 20, "iterations": 30, "mode": "fresh", "rows_per_round":
 
 PARAMS = {
     **{name: P.validator(name, OWNER) for name in ("k", "restarts", "iterations", "rows_per_round", "whiten")},
-    "mode": lambda k, v: V.check_option(k, v, MODES, owner=OWNER),
-    "calibration": lambda k, v: V.check_option(k, v, CALIBRATIONS, owner=OWNER),
-    # Speed only (not part of the request): cap of each Python worker's block
-    # cache when reuse-mode passes read Parquet files in the tasks; 0 = off.
-    "worker_cache_bytes": lambda k, v: V.check_int(k, v, owner=OWNER, low=0),
+    **{name: TENSOR_PARAMS.validator(name, OWNER) for name in ("mode", "calibration", "worker_cache_bytes")},
 }
 
 
@@ -104,20 +105,15 @@ def _check(config) -> None:
 
 
 def _plan(config):
-    mech = config.mechanism
-    if mech not in PRIVATE:
-        return []
-    eps, delta = config.privacy.epsilon, config.privacy.delta
-    k, L, R, cal = config.params["k"], _p(config, "restarts"), _p(config, "iterations"), _p(config, "calibration")
-    if _explicit(config):
-        if mech == "input_perturbation":
-            return input_perturbation_plan(epsilon=eps, delta=delta, calibration=cal,
-                                           entry_scale=config.privacy.extra.get("entry_scale", 1.0)).events
-        return tensor_entry_plan(epsilon=eps, delta=delta, k=k, L=L, R=R, calibration=cal).events
-    plan_fn = whitened_rows_plan if _p(config, "whiten") else rows_plan
-    return plan_fn(epsilon=eps, delta=delta, k=k, L=L, R=R, norm_bound=config.privacy.norm_bound,
-                     mode=_p(config, "mode"), calibration=cal, neighbors=config.privacy.neighbors,
-                     max_rows_per_unit=config.dataset.max_rows_per_unit).events
+    """The release's events from the config, through the mechanism's registry entry (tensor.mechanisms)."""
+    request = TensorRequest(
+        epsilon=config.privacy.epsilon, delta=config.privacy.delta, k=config.params["k"], L=_p(config, "restarts"),
+        R=_p(config, "iterations"), calibration=_p(config, "calibration"),
+        entry_scale=config.privacy.extra.get("entry_scale", 1.0), norm_bound=config.privacy.norm_bound,
+        mode=_p(config, "mode"), neighbors=config.privacy.neighbors, max_rows_per_unit=config.dataset.max_rows_per_unit,
+        whiten=_p(config, "whiten"), rows_per_round=_p(config, "rows_per_round"),
+    )
+    return plan_events(config.mechanism, request, explicit=_explicit(config))
 
 
 def _run(session, config, spark):
@@ -127,7 +123,7 @@ def _run(session, config, spark):
         k=config.params["k"], mechanism=config.mechanism, epsilon=config.privacy.epsilon,
         delta=config.privacy.delta, neighbors=config.privacy.neighbors, restarts=_p(config, "restarts"),
         iterations=_p(config, "iterations"), calibration=_p(config, "calibration"), whiten=_p(config, "whiten"),
-        entry_scale=config.privacy.extra.get("entry_scale", 1.0), release_id=config.release_id,
+        entry_scale=config.privacy.extra.get("entry_scale", 1.0), release_id=config.release_id, confidence=config.output.confidence,
         dataset_path=config.dataset.path, config_sha256=config.sha256,
     )
     if _explicit(config):

@@ -49,6 +49,7 @@ from spark_dp.release.release import (
     load_release,
     write_release,
 )
+from spark_dp.release.uncertainty import DEFAULT_CONFIDENCE, Uncertainty, check_level, manifest_block
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -60,15 +61,30 @@ NONPRIVATE_PREFIX = "nonprivate-"
 NONPRIVATE_DIR = "nonprivate"
 # Manifest fields the pipeline owns: a plan may not set them.
 _OWNED = frozenset({"schema_version", "release_id", "dataset_id", "task", "mechanism", "privacy",
-                    "request_sha256", "config_sha256", "created_at", "library_version"})
+                    "request_sha256", "config_sha256", "created_at", "library_version", "uncertainty"})
 
 
 @dataclass(frozen=True)
 class Noised:
-    """What a plan's ``noise`` step returns: the payload arrays and manifest additions (e.g. the solver's info)."""
+    """What a plan's ``noise`` step returns: the payload arrays, manifest additions and uncertainties.
+
+    ``manifest``: e.g. the solver's info. ``uncertainty``: per array that has
+    one (keys: array names), post-processing of the released values and
+    public parameters at the plan's ``confidence``
+    (:mod:`spark_dp.release.uncertainty`).
+    """
 
     arrays: Mapping[str, np.ndarray]
     manifest: Mapping[str, Any] = field(default_factory=dict)
+    uncertainty: Mapping[str, Uncertainty] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, u in self.uncertainty.items():
+            if name not in self.arrays:
+                raise RuntimeError(f"bug: uncertainty for {name!r}, which is not a payload array")
+            if u.shape != np.shape(self.arrays[name]):
+                raise RuntimeError(f"bug: uncertainty of {name!r} has shape {u.shape}, "
+                                   f"the array {np.shape(self.arrays[name])}")
 
 
 @dataclass(frozen=True)
@@ -92,6 +108,10 @@ class ReleasePlan:
         release_id: idempotency key (None: a new one).
         config_sha256: digest of the job config, if run from one.
         mode: ``private``, ``public_input`` or ``nonprivate`` (module doc).
+
+    The level of the release's intervals (manifest ``uncertainty.level``) is
+    the request's ``confidence`` (:func:`confidence_request`: present only
+    when it is not the default 0.95, so old release ids still match).
     """
 
     task: str
@@ -121,12 +141,28 @@ class ReleasePlan:
         if private and not {"noise_family", "noise_scale"} <= set(self.privacy):
             raise RuntimeError("bug: a release's privacy fields must state noise_family and noise_scale "
                                "(manifest schema 2)")
+        check_level(self.confidence)
         if _OWNED & set(self.manifest):
             raise RuntimeError(f"bug: manifest fields {sorted(_OWNED & set(self.manifest))} belong to the pipeline")
         object.__setattr__(self, "events", tuple(self.events))
         for name in ("request", "privacy", "manifest"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
         object.__setattr__(self, "request_sha256", canonical_sha256(dict(self.request)))
+
+    @property
+    def confidence(self) -> float:
+        """The level of the release's intervals: the request's ``confidence`` (default 0.95)."""
+        return confidence_of(self.request)
+
+
+def confidence_request(confidence: float) -> dict[str, float]:
+    """The request field for ``confidence``: empty for the default (old request digests stay the same)."""
+    return {} if confidence == DEFAULT_CONFIDENCE else {"confidence": float(confidence)}
+
+
+def confidence_of(request: Mapping[str, Any]) -> float:
+    """The confidence level a request asks for (default 0.95)."""
+    return float(request.get("confidence", DEFAULT_CONFIDENCE))
 
 
 def unit_of(privacy: Mapping[str, Any]) -> UnitDeclaration:
@@ -176,7 +212,8 @@ def run_release(session: DPSession, plan: ReleasePlan) -> Release:
             "ledger_entry": charge.seq,
             "dataset_limit": (session.limit or session.ledger.ensure_dataset(session.dataset_id, None)).to_dict(),
         })
-        release = Release(release_id=rid, arrays=dict(noised.arrays), manifest=manifest)
+        release = Release(release_id=rid, arrays=dict(noised.arrays), manifest=manifest,
+                          uncertainty=dict(noised.uncertainty))
         path = write_release(release, session.output)
     except Exception as exc:
         # The charge stands and nothing was written: say so in the ledger, so `spark-dp audit` can tell a
@@ -217,7 +254,8 @@ def _run_not_private(session: DPSession, plan: ReleasePlan) -> Release:
                  "(explicit opt-in private=False); nothing charged" if plan.mode == "nonprivate" else
                  f"not differentially private ({plan.privacy.get('note', 'public input')}); nothing charged"),
     })
-    release = Release(release_id=rid, arrays=dict(noised.arrays), manifest=manifest)
+    release = Release(release_id=rid, arrays=dict(noised.arrays), manifest=manifest,
+                      uncertainty=dict(noised.uncertainty))
     write_release(release, root)
     return release
 
@@ -226,7 +264,9 @@ def _manifest(session: DPSession, plan: ReleasePlan, rid: str, noised: Noised, *
     clash = _OWNED & set(noised.manifest)
     if clash:
         raise RuntimeError(f"bug: manifest fields {sorted(clash)} belong to the pipeline")
+    block = manifest_block(noised.uncertainty, plan.confidence)
     return {
+        **({"uncertainty": block} if block else {}),
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "release_id": rid,
         "dataset_id": session.dataset_id,

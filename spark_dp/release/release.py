@@ -4,7 +4,9 @@ Layout of a release directory ``<root>/<release_id>/``::
 
     manifest.json        metadata (schema below)
     <name>.parquet       one file per payload array, long format:
-                         index columns i, j, k, … then ``value``
+                         index columns i, j, k, … then ``value``, then
+                         (arrays with an uncertainty) ``stderr``, ``low``,
+                         ``high`` (float64; ``stderr`` null for bounds)
 
 Manifest schema (version 2). Compatibility rules: never remove a field or
 change its meaning; add only optional fields; readers accept every earlier
@@ -19,6 +21,16 @@ Version 2 (one vocabulary across families) adds to ``privacy``:
   three), or null where the noise has no single additive scale (Wishart,
   JL, the tensor power method's data-dependent σ);
 * ``max_rows_per_unit`` in sketch releases too.
+
+Optional top-level ``uncertainty`` (added within version 2; a reader that
+does not know it ignores it, and a manifest without it has no
+uncertainty): ``{"level": 0.95, "arrays": {name: {"method", "kind",
+"covers"}}}`` — the confidence level of every interval of the release and,
+per array that has one, how it was derived (``method``, one sentence),
+whether it claims nominal coverage (``kind: interval``) or holds with
+probability at least the level (``kind: bound``), and what it covers
+(``noise`` or ``noise+sampling``). The values are the array file's
+``stderr``/``low``/``high`` columns (:mod:`spark_dp.release.uncertainty`).
 
 Kept from version 1, deprecated: ``noise_sigma`` (= ``noise_scale`` of a
 Gaussian release) and the sketches' ``max_items_per_unit`` (=
@@ -40,10 +52,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_dp.errors import ReleaseConflictError, SchemaError
+from spark_dp.release.uncertainty import Uncertainty
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA_VERSION = 2
 _INDEX_NAMES = ("i", "j", "k", "l", "m", "n")
+UNCERTAINTY_COLUMNS = ("stderr", "low", "high")
+
+
+class NoUncertaintyError(KeyError):
+    """A release array has no uncertainty (or the release has no such array)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 @dataclass
@@ -55,9 +76,42 @@ class Release:
     manifest: dict[str, Any]
     path: str | None = None
     reused: bool = field(default=False, compare=False)
+    uncertainty: dict[str, Uncertainty] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]
+
+    @property
+    def confidence(self) -> float | None:
+        """The level of the release's intervals (None when it has none)."""
+        block = self.manifest.get("uncertainty")
+        return None if not block else float(block["level"])
+
+    def uncertainty_of(self, name: str) -> Uncertainty:
+        """The :class:`Uncertainty` of array ``name``; NoUncertaintyError (a KeyError) naming it if it has none."""
+        if name not in self.arrays:
+            raise NoUncertaintyError(f"Release {self.release_id!r} has no array {name!r}; "
+                                     f"its arrays are {sorted(self.arrays)}.")
+        if name not in self.uncertainty:
+            have = sorted(self.uncertainty)
+            raise NoUncertaintyError(
+                f"Array {name!r} of release {self.release_id!r} has no uncertainty "
+                + (f"(arrays with one: {have})." if have else "(the release has none: made before error bars, "
+                   "or by a mechanism without them)."))
+        return self.uncertainty[name]
+
+    def interval(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) of array ``name`` at the release's level (``confidence``); see :meth:`uncertainty_of`."""
+        u = self.uncertainty_of(name)
+        return u.low, u.high
+
+    def stderr(self, name: str) -> np.ndarray:
+        """The standard error of each entry of array ``name``; NoUncertaintyError if it has none (or a bound)."""
+        u = self.uncertainty_of(name)
+        if u.stderr is None:
+            raise NoUncertaintyError(f"Array {name!r} of release {self.release_id!r} has a bound ({u.method}), "
+                                     "not a standard error; use interval().")
+        return u.stderr
 
     @property
     def privacy(self) -> dict[str, Any]:
@@ -66,6 +120,11 @@ class Release:
     def __repr__(self) -> str:
         shapes = {k: v.shape for k, v in self.arrays.items()}
         return f"Release(id={self.release_id!r}, arrays={shapes}, path={self.path!r}, reused={self.reused})"
+
+    def __post_init__(self) -> None:
+        for name, u in self.uncertainty.items():
+            if name not in self.arrays or u.shape != np.shape(self.arrays[name]):
+                raise RuntimeError(f"bug: uncertainty of {name!r} does not match a payload array of that shape")
 
 
 def noise_of(privacy: dict[str, Any]) -> tuple[str | None, Any]:
@@ -85,26 +144,38 @@ def noise_of(privacy: dict[str, Any]) -> tuple[str | None, Any]:
     return None, None
 
 
-def array_to_table(array: np.ndarray) -> pa.Table:
-    """Long format: one row per entry, index columns then ``value``."""
+def array_to_table(array: np.ndarray, uncertainty: Uncertainty | None = None) -> pa.Table:
+    """Long format: one row per entry, index columns then ``value`` (then ``stderr``, ``low``, ``high``)."""
     array = np.asarray(array, dtype=np.float64)
     if array.ndim > len(_INDEX_NAMES):
         raise ValueError(f"arrays of more than {len(_INDEX_NAMES)} dimensions are not supported")
     idx = np.indices(array.shape).reshape(array.ndim, -1)
     cols = {name: pa.array(idx[a].astype(np.int32)) for a, name in enumerate(_INDEX_NAMES[: array.ndim])}
     cols["value"] = pa.array(array.reshape(-1))
+    if uncertainty is not None:
+        se = uncertainty.stderr
+        cols["stderr"] = pa.nulls(array.size, pa.float64()) if se is None else pa.array(se.reshape(-1))
+        cols["low"] = pa.array(uncertainty.low.reshape(-1))
+        cols["high"] = pa.array(uncertainty.high.reshape(-1))
     return pa.table(cols)
 
 
 def table_to_array(table: pa.Table) -> np.ndarray:
     """The inverse of :func:`array_to_table`: long format (index columns, ``value``) back to an array."""
-    names = [n for n in table.column_names if n != "value"]
+    return _column_to_array(table, "value")
+
+
+def _column_to_array(table: pa.Table, column: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    names = [n for n in table.column_names if n != "value" and n not in UNCERTAINTY_COLUMNS]
+    values = np.asarray(table.column(column).to_numpy(zero_copy_only=False), dtype=np.float64)
     if not names:
-        return np.asarray(table.column("value").to_numpy(), dtype=np.float64).reshape(())
+        return values.reshape(())
     idx = [table.column(n).to_numpy() for n in names]
-    shape = tuple(int(i.max()) + 1 if i.size else 0 for i in idx)
-    out = np.zeros(shape, dtype=np.float64)
-    out[tuple(idx)] = table.column("value").to_numpy()
+    found = tuple(int(i.max()) + 1 if i.size else 0 for i in idx)
+    if shape is None or len(shape) != len(found):
+        shape = found
+    out = np.zeros(shape, dtype=np.float64)  # trailing zero-size or all-index-absent cases: zeros
+    out[tuple(idx)] = values
     return out
 
 
@@ -137,10 +208,14 @@ def write_release(release: Release, root: str) -> str:
         files = {}
         for name, arr in release.arrays.items():
             fname = f"{name}.parquet"
-            pq.write_table(array_to_table(arr), os.path.join(tmp, fname))
+            pq.write_table(array_to_table(arr, release.uncertainty.get(name)), os.path.join(tmp, fname))
             files[name] = {"file": fname, "shape": list(np.shape(arr))}
         manifest = dict(release.manifest)
         manifest["payload"] = files
+        described = set((manifest.get("uncertainty") or {}).get("arrays", {}))
+        if described != set(release.uncertainty):
+            raise RuntimeError(f"bug: the manifest's uncertainty block names {sorted(described)}, "
+                               f"the release has uncertainty for {sorted(release.uncertainty)}")
         with open(os.path.join(tmp, MANIFEST), "w") as fh:
             json.dump(manifest, fh, indent=2, sort_keys=True)
             fh.flush()
@@ -166,13 +241,18 @@ def load_release(path: str) -> Release:
         raise SchemaError(f"{path!r} is not a spark-dp release directory (no {MANIFEST}).")
     with open(mpath) as fh:
         manifest = json.load(fh)
-    arrays = {}
+    arrays, uncertainty = {}, {}
+    described = (manifest.get("uncertainty") or {}).get("arrays", {})
     for name, info in manifest.get("payload", {}).items():
-        arr = table_to_array(pq.read_table(os.path.join(path, info["file"])))
-        shape = tuple(info.get("shape", arr.shape))
-        if arr.shape != shape:  # trailing zero-size or all-index-absent cases
-            full = np.zeros(shape)
-            full[tuple(slice(0, s) for s in arr.shape)] = arr
-            arr = full
-        arrays[name] = arr
-    return Release(release_id=manifest["release_id"], arrays=arrays, manifest=manifest, path=path)
+        table = pq.read_table(os.path.join(path, info["file"]))
+        shape = tuple(info["shape"]) if "shape" in info else None
+        arrays[name] = _column_to_array(table, "value", shape)
+        if name in described and set(UNCERTAINTY_COLUMNS) <= set(table.column_names):
+            low, high = (_column_to_array(table, c, arrays[name].shape) for c in ("low", "high"))
+            se = None if table.column("stderr").null_count == table.num_rows and table.num_rows else (
+                _column_to_array(table, "stderr", arrays[name].shape))
+            d = described[name]
+            uncertainty[name] = Uncertainty(low, high, se, d["method"], kind=d.get("kind", "interval"),
+                                            covers=d.get("covers", "noise"))
+    return Release(release_id=manifest["release_id"], arrays=arrays, manifest=manifest, path=path,
+                   uncertainty=uncertainty)

@@ -4,10 +4,14 @@ Many releases share one table: each row is one entry of one payload array,
 keyed by ``release_id``::
 
     release_id STRING, dataset_id STRING, task STRING, mechanism STRING,
-    array STRING, i INT, j INT, k INT, l INT, value DOUBLE, created_at STRING
+    array STRING, i INT, j INT, k INT, l INT, value DOUBLE, created_at STRING,
+    stderr DOUBLE, low DOUBLE, high DOUBLE
 
 Index columns beyond an array's rank are null (a vector has ``i`` only, a
-matrix ``i`` and ``j``). The privacy metadata stays in the release
+matrix ``i`` and ``j``). ``stderr``/``low``/``high`` are the entry's
+uncertainty at the level in the manifest (null for an array without one;
+``stderr`` null for a bound); a table created before they existed keeps its
+columns and gets the rows without them. The privacy metadata stays in the release
 directory's ``manifest.json``, which together with the ledger remains the
 source of truth for idempotence; the table is a copy for SQL users.
 
@@ -39,8 +43,9 @@ log = logging.getLogger("spark_dp")
 TABLE_FORMATS = ("parquet", "delta")
 INDEX_COLUMNS = ("i", "j", "k", "l")
 COLUMNS = ("release_id", "dataset_id", "task", "mechanism", "array", *INDEX_COLUMNS, "value", "created_at")
+UNCERTAINTY_COLUMNS = ("stderr", "low", "high")
 _DDL = ("release_id STRING, dataset_id STRING, task STRING, mechanism STRING, array STRING, "
-        "i INT, j INT, k INT, l INT, value DOUBLE, created_at STRING")
+        "i INT, j INT, k INT, l INT, value DOUBLE, created_at STRING, stderr DOUBLE, low DOUBLE, high DOUBLE")
 
 
 def release_rows(release: Release):
@@ -58,15 +63,21 @@ def release_rows(release: Release):
         cols = {}
         for a, col in enumerate(INDEX_COLUMNS):
             cols[col] = pd.array(idx[a], dtype="Int32") if a < arr.ndim else pd.array([None] * arr.size, dtype="Int32")
-        frame = pd.DataFrame({"array": name, **cols, "value": arr.reshape(-1)})
+        u = release.uncertainty.get(name)
+        nan = np.full(arr.size, np.nan)
+        frame = pd.DataFrame({"array": name, **cols, "value": arr.reshape(-1),
+                              "stderr": nan if u is None or u.stderr is None else u.stderr.reshape(-1),
+                              "low": nan if u is None else u.low.reshape(-1),
+                              "high": nan if u is None else u.high.reshape(-1)})
         frames.append(frame)
-    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({c: [] for c in ("array", *INDEX_COLUMNS, "value")})
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        {c: [] for c in ("array", *INDEX_COLUMNS, "value", *UNCERTAINTY_COLUMNS)})
     out.insert(0, "release_id", release.release_id)
     out.insert(1, "dataset_id", m.get("dataset_id"))
     out.insert(2, "task", m.get("task"))
     out.insert(3, "mechanism", m.get("mechanism"))
     out["created_at"] = m.get("created_at")
-    return out[list(COLUMNS)]
+    return out[[*COLUMNS, *UNCERTAINTY_COLUMNS]]
 
 
 def write_release_table(spark, release: Release, table: str, *, format: str = "parquet") -> bool:  # noqa: A002
@@ -89,6 +100,7 @@ def write_release_table(spark, release: Release, table: str, *, format: str = "p
         raise ConfigError(f"The 'output.format' parameter must be one of {list(TABLE_FORMATS)}. Got {format!r} instead.")
     from pyspark.sql import functions as F
 
+    rows, ddl = release_rows(release), _DDL
     if spark.catalog.tableExists(table):
         existing = spark.table(table)
         missing = [c for c in COLUMNS if c not in existing.columns]
@@ -97,7 +109,11 @@ def write_release_table(spark, release: Release, table: str, *, format: str = "p
         if existing.filter(F.col("release_id") == release.release_id).limit(1).count() > 0:
             log.info("release %s is in table %s already: not appended again", release.release_id, table)
             return False
-    df = spark.createDataFrame(release_rows(release), schema=_DDL)
+        if not set(UNCERTAINTY_COLUMNS) <= set(existing.columns):  # a table from before error bars
+            log.warning("table %s has no uncertainty columns (%s): appending the values without them",
+                        table, ", ".join(UNCERTAINTY_COLUMNS))
+            rows, ddl = rows[list(COLUMNS)], _DDL.split(", stderr")[0]
+    df = spark.createDataFrame(rows, schema=ddl)
     try:
         df.write.format(format).mode("append").saveAsTable(table)
     except Exception as exc:  # AnalysisException / Connect's equivalent

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from spark_dp import _validation as V
+from spark_dp import params as P
 from spark_dp.errors import ConfigError
 from spark_dp.params import ROW_IDS
 from spark_dp.privacy.quantile import QuantilePlan
+from spark_dp.second_moment._postprocess import POSTPROCESS
 from spark_dp.second_moment._registry import (  # noqa: F401 - default_projection_rows is re-exported
     OPTIONAL_PARAMS,
     MechanismPlan,
@@ -37,6 +38,11 @@ SECOND_MOMENT_MECHANISMS = tuple(n for n, s in MECHANISMS.items() if "second_mom
 REGRESSION_MECHANISMS = tuple(n for n, s in MECHANISMS.items() if "linear_regression" in s.tasks)
 PCA_MECHANISMS = tuple(n for n, s in MECHANISMS.items() if "pca" in s.tasks)
 THEOREM_NEIGHBORS = {n: s.theorem_neighbors for n, s in MECHANISMS.items()}
+#: The family's own parameters (API keyword → constraint), checked by the API and the config tasks alike.
+PARAMS = P.Constraints({
+    "postprocess": P.Options(POSTPROCESS), "calibration": P.Options(CALIBRATIONS), "row_ids": P.Options(ROW_IDS),
+    "projection": P.Options(PROJECTIONS), "label": P.Str(),
+})
 
 
 def _accepting(what: str, value: Any) -> str:
@@ -68,9 +74,8 @@ def plan_mechanism(
     public (given by the user, recorded in the manifest) and m₀ =
     ``prior_dof`` (default d + 2); Sheffet's neighbours (replace one row).
     """
-    V.check_option("calibration", calibration, CALIBRATIONS, owner=owner)
-    V.check_option("row_ids", row_ids, ROW_IDS, owner=owner)
-    V.check_option("projection", projection, PROJECTIONS, owner=owner)
+    for name, value in (("calibration", calibration), ("row_ids", row_ids), ("projection", projection)):
+        PARAMS.check(name, value, owner=owner)
     spec = MECHANISMS.get(mechanism)
     if spec is None:
         raise ConfigError(f"unknown mechanism {mechanism!r}")

@@ -7,19 +7,14 @@ The notebook entry point is :func:`spark_dp.sketch.api.count_sketch`
 (``DPSession.count_sketch``).
 """
 
+from spark_dp.sketch._registry import SketchPlan
 from spark_dp.sketch.count_sketch import (
-    DEFAULT_ESTIMATOR,
-    MECHANISMS,
-    SketchPlan,
     combine,
     count_mean_sketch,
     gaussian_histogram,
-    plan_sketch,
     private_count_min,
     private_count_sketch,
-    release_table,
     simple_estimates,
-    sketch_sensitivity,
 )
 from spark_dp.sketch.estimate import (
     SketchView,
@@ -31,6 +26,7 @@ from spark_dp.sketch.estimate import (
     seeds_to_payload,
 )
 from spark_dp.sketch.hashing import buckets_and_signs, spark_xxhash64
+from spark_dp.sketch.mechanisms import DEFAULT_ESTIMATOR, MECHANISMS, plan_sketch, release_table, sketch_sensitivity
 from spark_dp.sketch.merge import merge_sketches
 
 __all__ = [

@@ -14,7 +14,7 @@ from spark_dp import params as P
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Chokepoint
 from spark_dp.release import Release
-from spark_dp.release.pipeline import Noised, ReleasePlan, run_release
+from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_request, run_release
 from spark_dp.sketch.constraints import (  # noqa: F401 - re-exported
     NULL_ITEMS,
     UNIT_CLIPPING,
@@ -22,15 +22,10 @@ from spark_dp.sketch.constraints import (  # noqa: F401 - re-exported
     check_domain,
     check_sketch_request,
 )
-from spark_dp.sketch.count_sketch import (
-    DEFAULT_ESTIMATOR,
-    SIGNED,
-    plan_sketch,
-    private_count_sketch,
-    release_table,
-)
+from spark_dp.sketch.constraints import PARAMS as SKETCH_PARAMS
 from spark_dp.sketch.estimate import seeds_to_payload
 from spark_dp.sketch.hashing import MASK, SIGN_SALT, to_signed
+from spark_dp.sketch.mechanisms import REGISTRY, accepting, plan_sketch, release_table
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -83,14 +78,28 @@ def _source_info(source: Any, source_paths: list[str] | None, *, owner: str = OW
     return out
 
 
-def _seeds(given: Sequence[int] | Release | None, k: int, mechanism: str, session: DPSession) -> list[int]:
-    if mechanism == "histogram":
-        if given is not None:
-            raise ConfigError(f"The 'seeds' parameter of {OWNER} does not apply to the histogram mechanism.")
-        return []
+@dataclass(frozen=True)
+class _HashSeeds:
+    """A release's hash seeds: ``seeds`` (the table; level L of a dyadic stack), ``level_seeds`` (dyadic: levels
+    1…L) and the public domain hash's ``hash_seed`` (dyadic over hashed items).
+    """
+
+    seeds: list[int]
+    level_seeds: list[list[int]] | None = None
+    hash_seed: int | None = None
+
+
+def _fresh_seeds(session: DPSession, n: int) -> list[int]:
+    """``n`` fresh 64-bit hash seeds: OS entropy from the session's sampler (privacy does not depend on them)."""
+    return [to_signed(session.sampler.key() & MASK) for _ in range(n)]
+
+
+def _given_seeds(given: Sequence[int] | Release | None, k: int, mechanism: str) -> list[int] | None:
+    """The ``seeds`` parameter checked (k signed 64-bit ints), or None: fresh seeds, drawn by the release."""
+    if not REGISTRY[mechanism].hashed and given is not None:
+        raise ConfigError(f"The 'seeds' parameter of {OWNER} does not apply to the {mechanism} mechanism.")
     if given is None:
-        # Fresh OS entropy from the session's sampler (privacy does not depend on the seeds).
-        return [to_signed(session.sampler.key() & MASK) for _ in range(k)]
+        return None
     if isinstance(given, Release):
         from spark_dp.sketch.estimate import seeds_from_payload
 
@@ -133,6 +142,7 @@ def count_sketch(
     levels: int | None = None,
     hash_items: bool | None = None,
     release_id: str | None = None,
+    confidence: float = 0.95,
     config_sha256: str | None = None,
     source_paths: Sequence[str] | None = None,
     source: dict[str, Any] | None = None,
@@ -204,6 +214,8 @@ def count_sketch(
             any integers count).
         release_id: idempotency key (a release id seen before returns the
             stored release: no new noise, no new charge).
+        confidence: the level of the noise intervals of the release's
+            arrays and estimates, in (0, 1) (post-processing, no privacy cost).
         config_sha256: the job config's digest, recorded in the manifest.
         source_paths: the Parquet files ``df`` is a plain read of (as the job
             passes for ``format: parquet``); the exact sketch is then built by
@@ -253,9 +265,7 @@ class _SketchRequest:
     neighbors: Any
     levels: Any
     hashed: Any
-    hash_seed: Any
-    seeds: Any
-    level_seeds: Any
+    draw_seeds: Any
     candidates: Any
     candidate_column: Any
     top: Any
@@ -275,7 +285,8 @@ def _validate(
     session: DPSession, df: Any, columns: Any, *, epsilon: Any, delta: Any, neighbors: Any, mechanism: Any,
     repetitions: Any, buckets: Any, weight: Any, privacy_unit: Any, max_rows_per_unit: Any, unit_clipping: Any,
     unit_l2_bound: Any, nulls: Any, nonfinite: Any, domain: Any, top: Any, threshold: Any, seeds: Any,
-    candidates: Any, candidate_column: Any, levels: Any, hash_items: Any, release_id: Any, config_sha256: Any,
+    candidates: Any, candidate_column: Any, levels: Any, hash_items: Any, release_id: Any, confidence: Any,
+    config_sha256: Any,
     source_paths: Any, source: Any,
 ) -> _SketchRequest:
     """Checks every parameter and the schema (no Spark job), draws fresh hash seeds, plans the privacy events."""
@@ -288,17 +299,15 @@ def _validate(
         mechanism=mechanism, repetitions=repetitions, buckets=buckets, max_rows_per_unit=max_rows_per_unit,
         unit_clipping=unit_clipping, unit_l2_bound=unit_l2_bound, privacy_unit=privacy_unit, domain=domain,
     )
-    V.check_option("nulls", nulls, NULL_ITEMS, owner=owner)
-    V.check_option("nonfinite", nonfinite, WEIGHT_NONFINITE, owner=owner)
-    if hash_items is not None and not isinstance(hash_items, bool):
-        raise ConfigError(f"The 'hash_items' parameter of {owner} must be true, false or null. Got {hash_items!r} instead.")
+    for name, value in (("nulls", nulls), ("nonfinite", nonfinite), ("hash_items", hash_items)):
+        SKETCH_PARAMS.check(name, value, owner=owner)
     if hash_items is not None and levels is None:
         raise ConfigError(f"The 'hash_items' parameter of {owner} applies only with 'levels' (dyadic heavy hitters).")
     if levels is not None:
         levels = P.check("levels", levels, owner=owner)
-        if mechanism != "private_count_sketch" or unit_clipping != "l1" or candidates is not None:
+        if not REGISTRY[mechanism].dyadic or unit_clipping != "l1" or candidates is not None:
             raise ConfigError(f"The 'levels' parameter of {owner} (dyadic heavy hitters) needs mechanism "
-                              "'private_count_sketch', unit_clipping 'l1' and no candidates.")
+                              f"{accepting('dyadic')!r}, unit_clipping 'l1' and no candidates.")
         if seeds is not None and not (isinstance(seeds, Release) and
                                       (seeds.manifest.get("sketch") or {}).get("levels") == levels):
             raise ConfigError(f"The 'seeds' parameter of {owner} with 'levels' must be an earlier dyadic release "
@@ -314,14 +323,14 @@ def _validate(
                               f"Got {source_paths!r} instead.")
         source_paths = list(source_paths)
     source_info = _source_info(source, source_paths, owner=owner)
-    for name, col in (("weight", weight), ("privacy_unit", privacy_unit)):
-        if col is not None:
-            V.check_str(name, col, owner=owner)
+    if weight is not None:
+        SKETCH_PARAMS.check("weight", weight, owner=owner)
+    P.check("privacy_unit", privacy_unit, owner=owner)
     from spark_dp.aggregates.sketch import item_kind, prepare_items
 
     if candidates is not None:
         if isinstance(candidates, DataFrame):
-            V.check_str("candidate_column", candidate_column, owner=owner)
+            SKETCH_PARAMS.check("candidate_column", candidate_column, owner=owner)
             ckind = item_kind(candidates, candidate_column)
             if ckind != item_kind(df, column):
                 raise SchemaError(f"Candidate column {candidate_column!r} holds {ckind} items; "
@@ -342,7 +351,7 @@ def _validate(
     kind = item_kind(df, column)  # schema checks only, no Spark job
     prepare_items(df, column, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
                   max_items_per_unit=max_items_per_unit)
-    if mechanism == "histogram":
+    if not REGISTRY[mechanism].hashed:  # a histogram over a public domain: one table
         if isinstance(domain, int) and kind != "long":
             raise SchemaError(f"Column {column!r} holds strings; an integer domain size needs an integer item column.")
         if isinstance(domain, list) and (kind == "string") != isinstance(domain[0], str):
@@ -365,10 +374,11 @@ def _validate(
     threshold_given = threshold
     if threshold is None:
         threshold = 3.0 * plan.counter_std
-    # Hash seeds: fresh OS entropy from the session's sampler (privacy does not depend on them).
+    # Hash seeds: given ones are checked here; fresh ones are drawn by the release (compute), after the
+    # release-id lookup and the budget check, so a re-run of a stored release draws nothing.
     given_seeds = seeds
-    seeds = _seeds(seeds, k, mechanism, session)
-    level_seeds = hash_seed = None
+    seeds = _given_seeds(seeds, k, mechanism)
+    hash_seeds = None if seeds is None else _HashSeeds(seeds)
     if levels is not None and given_seeds is not None:  # reuse an earlier dyadic release's hash functions
         from spark_dp.sketch.estimate import seeds_from_payload
 
@@ -382,12 +392,22 @@ def _validate(
             raise ConfigError(f"The 'seeds' parameter of {owner}: release {given_seeds.release_id!r} "
                               f"{'hashes' if given_hash is not None else 'does not hash'} its items; this one "
                               f"{'does' if hashed else 'does not'}.")
-        hash_seed = None if given_hash is None else int(given_hash)
-    elif levels is not None:  # level L (the items) uses `seeds`; levels 1…L−1 get their own
-        level_seeds = [_seeds(None, k, mechanism, session) for _ in range(levels - 1)] + [seeds]
-        if hashed:  # the public domain hash's seed: OS entropy too, released with the sketch
-            hash_seed = _seeds(None, 1, mechanism, session)[0]
-    params = {"repetitions": k, "buckets": b if mechanism != "histogram" else None,
+        hash_seeds = _HashSeeds(seeds, level_seeds, None if given_hash is None else int(given_hash))
+    elif seeds is None and not REGISTRY[mechanism].hashed:  # a histogram: no hashing
+        hash_seeds = _HashSeeds([])
+
+    def draw_seeds() -> _HashSeeds:
+        """The release's hash seeds; fresh ones drawn in the order seeds, levels 1…L−1, domain hash."""
+        if hash_seeds is not None:
+            return hash_seeds
+        fresh = _fresh_seeds(session, k)
+        if levels is None:
+            return _HashSeeds(fresh)
+        # level L (the items) uses `fresh`; levels 1…L−1 get their own; the public domain hash's seed is
+        # OS entropy too, released with the sketch
+        level_seeds = [_fresh_seeds(session, k) for _ in range(levels - 1)] + [fresh]
+        return _HashSeeds(fresh, level_seeds, _fresh_seeds(session, 1)[0] if hashed else None)
+    params = {"repetitions": k, "buckets": b if REGISTRY[mechanism].hashed else None,
               "heavy_hitters": {"top": top, "threshold": threshold, "levels": levels}}
     if hashed:  # (only then: earlier requests keep their digests, so their release ids stay idempotent)
         params["heavy_hitters"]["hash_items"] = True
@@ -403,14 +423,16 @@ def _validate(
         # Request keys keep their pre-0.2 names (column, max_items_per_unit) and "neighbors" is added only
         # when not the default, so the digests of earlier requests, hence their release ids, stay valid.
         **({"neighbors": neighbors} if neighbors != "add_remove" else {}),
+        **confidence_request(P.check("confidence", confidence, owner=owner)),
     }
 
-    return _SketchRequest(mechanism=mechanism, column=column, kind=kind, k=k, b=b, C=C, domain=domain, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit, unit_clipping=unit_clipping, neighbors=neighbors, levels=levels, hashed=hashed, hash_seed=hash_seed, seeds=seeds, level_seeds=level_seeds, candidates=candidates, candidate_column=candidate_column, top=top, threshold=threshold, threshold_given=threshold_given, plan=plan, source_paths=source_paths, df=df, source_info=source_info, request=request, params=params, release_id=release_id, config_sha256=config_sha256)
+    return _SketchRequest(mechanism=mechanism, column=column, kind=kind, k=k, b=b, C=C, domain=domain, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit, unit_clipping=unit_clipping, neighbors=neighbors, levels=levels, hashed=hashed, draw_seeds=draw_seeds, candidates=candidates, candidate_column=candidate_column, top=top, threshold=threshold, threshold_given=threshold_given, plan=plan, source_paths=source_paths, df=df, source_info=source_info, request=request, params=params, release_id=release_id, config_sha256=config_sha256)
 
 
 def _release_plan(r: _SketchRequest) -> ReleasePlan:
     """The release plan of a validated request: the exact table (compute), its noise and heavy hitters, the manifest."""
     mechanism = r.mechanism
+    spec = REGISTRY[mechanism]
     column = r.column
     kind = r.kind
     k = r.k
@@ -426,9 +448,6 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
     neighbors = r.neighbors
     levels = r.levels
     hashed = r.hashed
-    hash_seed = r.hash_seed
-    seeds = r.seeds
-    level_seeds = r.level_seeds
     candidates = r.candidates
     candidate_column = r.candidate_column
     top = r.top
@@ -441,12 +460,17 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
     request = r.request
     params = r.params
 
-    def compute() -> np.ndarray:
+    def compute() -> tuple[np.ndarray, _HashSeeds]:
+        """The hash seeds (fresh ones drawn here: after the release-id lookup) and the exact table."""
+        hs = r.draw_seeds()
+        return exact_table(hs.seeds, hs.level_seeds, hs.hash_seed), hs
+
+    def exact_table(seeds: list[int], level_seeds: list[list[int]] | None, hash_seed: int | None) -> np.ndarray:
         from spark_dp.aggregates.sketch import histogram_table, sketch_table
 
         common = dict(weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
                       max_items_per_unit=max_items_per_unit)
-        if mechanism == "histogram":
+        if not spec.hashed:
             if source_paths:
                 from spark_dp.aggregates.sketch import histogram_table_parquet
 
@@ -466,9 +490,9 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
 
             # Same table, with the tasks reading the Parquet files themselves
             # (falls back to the Spark reader for privacy units; docs/benchmarks_sketch.md).
-            return sketch_table_parquet(source_paths, column, seeds=seeds, buckets=b, signed=SIGNED[mechanism],
+            return sketch_table_parquet(source_paths, column, seeds=seeds, buckets=b, signed=spec.signed,
                                         unit_l2_bound=C, spark=df.sparkSession, **common)
-        return sketch_table(df, column, seeds=seeds, buckets=b, signed=SIGNED[mechanism], unit_l2_bound=C, **common)
+        return sketch_table(df, column, seeds=seeds, buckets=b, signed=spec.signed, unit_l2_bound=C, **common)
 
     hh_info: dict[str, Any] = {"top": top, "threshold": threshold,
                                "threshold_rule": "3 sigma" if threshold_given is None else "given"}
@@ -476,12 +500,18 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         hh_info["items_are"] = ("hashed ids xxhash64(domain_hash.seed, item) & (2^levels - 1); map public "
                                 "candidates through the hash to name them (spark-dp heavy-hitters --candidates)")
 
-    def noise(table: np.ndarray, cp: Chokepoint) -> Noised:
+    def noise(exact: tuple[np.ndarray, _HashSeeds], cp: Chokepoint) -> Noised:
+        table, hs = exact
+        out = noised(table, cp, hs.seeds, hs.level_seeds, hs.hash_seed)
+        return Noised(out.arrays, {"sketch": sketch_info(hs.seeds, hs.hash_seed), **out.manifest})
+
+    def noised(table: np.ndarray, cp: Chokepoint, seeds: list[int], level_seeds: list[list[int]] | None,
+               hash_seed: int | None) -> Noised:
         if levels is not None:
             from spark_dp.sketch.dyadic import dyadic_heavy_hitters
 
             # one Gaussian release of the whole (L, k, b) stack: Δ₂ = √(L·k)·m
-            stack = private_count_sketch(table, chokepoint=cp, sigma=plan.scale, sensitivity=plan.sensitivity)
+            stack = release_table(plan, table, cp)
             arrays = {"sketch": stack[-1], "seeds": seeds_to_payload(seeds)}
             if levels > 1:
                 arrays["dyadic_sketch"] = stack[:-1]
@@ -491,7 +521,7 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
             found = dyadic_heavy_hitters(stack, level_seeds, top=top, threshold=threshold)
             return Noised(arrays, {"heavy_hitters": {**hh_info, "items": [{"item": x, "estimate": v} for x, v in found]}})
         noisy = release_table(plan, table, cp)
-        arrays = {"histogram": noisy} if mechanism == "histogram" else {"sketch": noisy, "seeds": seeds_to_payload(seeds)}
+        arrays = {"sketch": noisy, "seeds": seeds_to_payload(seeds)} if spec.hashed else {"histogram": noisy}
         if candidates is not None:
             # Heavy hitters from public candidates: post-processing of the noisy table.
             from spark_dp.sketch.estimate import SketchView, heavy_hitters
@@ -511,39 +541,49 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         "max_items_per_unit": max_items_per_unit,  # deprecated duplicate of max_rows_per_unit (manifest schema 1)
         "unit_clipping": unit_clipping, "unit_l2_bound": C, "levels": levels,
     }
-    sketch_info = {
-        "item_kind": kind, "repetitions": k, "buckets": b if mechanism != "histogram" else None,
-        "signed": SIGNED.get(mechanism), "estimator": DEFAULT_ESTIMATOR[mechanism],
-    }
-    if mechanism == "histogram":
-        sketch_info["domain"] = domain
-    else:
-        sketch_info.update(hash=HASH_FAMILY, seeds=[str(s) for s in seeds], seeds_payload=SEEDS_PAYLOAD)
-    if levels is not None:
-        sketch_info.update(levels=levels, dyadic=(
-            "dyadic_sketch[l-1] sketches the prefixes x >> (L - l) of level l = 1..L-1 with seeds dyadic_seeds[l-1] "
-            "(same halves layout); sketch/seeds are level L; " + (
-                "ids = xxhash64(domain_hash.seed, item) & (2^L - 1) (every non-null item counts)" if hashed else
-                "ids = the integer items; items outside [0, 2^L) not counted") + "; null items not counted"))
-        if hashed:
-            sketch_info["domain_hash"] = {
-                "seed": str(hash_seed), "levels": levels, "payload": "hash_seed[0] = (high, low) 32-bit halves",
-                "function": "id = xxhash64(seed, item) & (2^levels - 1): Spark SQL xxhash64 (bigint seed first, "
-                            "strings as UTF-8, integers as bigint); public and data-independent",
-                "collisions": f"two distinct items share an id with probability 2^-{levels}",
-            }
+    def sketch_info(seeds: list[int] | None, hash_seed: int | None) -> dict[str, Any]:
+        """The manifest's ``sketch`` field (the seeds are known once drawn: the noise step adds them)."""
+        info = {
+            "item_kind": kind, "repetitions": k, "buckets": b if spec.hashed else None,
+            "signed": spec.signed, "estimator": spec.estimator,
+        }
+        if not spec.hashed:
+            info["domain"] = domain
+        elif seeds is not None:
+            info.update(hash=HASH_FAMILY, seeds=[str(s) for s in seeds], seeds_payload=SEEDS_PAYLOAD)
+        return _dyadic_info(info, levels, hashed, hash_seed)
+
     policies = {
         "nulls": "a null item is an item of its own" if nulls == "item" else "rows with a null item are dropped",
         "weights": f"clipped to [-1, 1] per row; non-finite weights: {nonfinite}" if weight else "each row counts 1",
         "contribution_bounding": (f"at most {max_items_per_unit} rows per unit, chosen by a keyed hash of (secret, "
                                   "unit, content)") if privacy_unit else None,
         "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
-        "domain": "items outside the public domain are not counted" if mechanism == "histogram" else None,
+        "domain": None if spec.hashed else "items outside the public domain are not counted",
     }
     return ReleasePlan(
         task="count_sketch", mechanism=mechanism, release_id=r.release_id, request=request,
         events=tuple(plan.events), budget=plan.budget, compute=compute, noise=noise, privacy=privacy,
-        manifest={"columns": [column], "params": params, "policies": policies, "sketch": sketch_info,
+        manifest={"columns": [column], "params": params, "policies": policies, "sketch": sketch_info(None, None),
                   "heavy_hitters": hh_info, "source": source_info},
         config_sha256=r.config_sha256,
     )
+
+
+def _dyadic_info(info: dict[str, Any], levels: int | None, hashed: bool, hash_seed: int | None) -> dict[str, Any]:
+    """``info`` with the dyadic stack's description, if any (with the domain hash's seed once drawn)."""
+    if levels is None:
+        return info
+    info.update(levels=levels, dyadic=(
+        "dyadic_sketch[l-1] sketches the prefixes x >> (L - l) of level l = 1..L-1 with seeds dyadic_seeds[l-1] "
+        "(same halves layout); sketch/seeds are level L; " + (
+            "ids = xxhash64(domain_hash.seed, item) & (2^L - 1) (every non-null item counts)" if hashed else
+            "ids = the integer items; items outside [0, 2^L) not counted") + "; null items not counted"))
+    if hashed and hash_seed is not None:
+        info["domain_hash"] = {
+            "seed": str(hash_seed), "levels": levels, "payload": "hash_seed[0] = (high, low) 32-bit halves",
+            "function": "id = xxhash64(seed, item) & (2^levels - 1): Spark SQL xxhash64 (bigint seed first, "
+                        "strings as UTF-8, integers as bigint); public and data-independent",
+            "collisions": f"two distinct items share an id with probability 2^-{levels}",
+        }
+    return info

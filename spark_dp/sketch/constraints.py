@@ -11,7 +11,7 @@ import numpy as np
 from spark_dp import _validation as V
 from spark_dp import params as P
 from spark_dp.errors import ConfigError
-from spark_dp.sketch.count_sketch import MECHANISMS
+from spark_dp.sketch.mechanisms import MECHANISMS, REGISTRY, accepting
 
 OWNER = "count_sketch"
 UNIT_CLIPPING = ("l1", "sketch_l2")
@@ -37,6 +37,18 @@ def check_domain(domain: Any, *, owner: str = OWNER, name: str = "domain") -> li
     return items
 
 
+#: The family's own parameters (API keyword → constraint), checked by the API and the config task alike.
+PARAMS = P.Constraints({
+    "nulls": P.Options(NULL_ITEMS),
+    "unit_clipping": P.Options(UNIT_CLIPPING),
+    "nonfinite": P.Options(WEIGHT_NONFINITE),  # of the weights
+    "weight": P.Str(),
+    "candidate_column": P.Str(),
+    "hash_items": P.Bool(nullable=True),
+    "domain": P.Check(lambda name, value, owner: check_domain(value, owner=owner, name=name)),
+})
+
+
 def check_sketch_request(
     *,
     mechanism: str,
@@ -50,27 +62,28 @@ def check_sketch_request(
     owner: str = OWNER,
 ) -> tuple[int, int, float | None, list | int | None]:
     """Validates the public parameters; returns (k, b, C or None, domain)."""
-    V.check_option("mechanism", mechanism, MECHANISMS, owner=owner)
+    spec = REGISTRY[V.check_option("mechanism", mechanism, MECHANISMS, owner=owner)]
     k = P.check("repetitions", repetitions, owner=owner)
-    b = V.check_int("buckets", buckets, owner=owner, low=2) if mechanism == "count_mean" else \
-        P.check("buckets", buckets, owner=owner)
+    b = P.Int(spec.min_buckets).check("buckets", buckets, owner=owner)
     P.check("max_rows_per_unit", max_rows_per_unit, owner=owner)
-    V.check_option("unit_clipping", unit_clipping, UNIT_CLIPPING, owner=owner)
+    PARAMS.check("unit_clipping", unit_clipping, owner=owner)
     C = None
     if unit_clipping == "sketch_l2":
-        if mechanism not in ("private_count_sketch", "count_mean"):
+        if not spec.unit_l2_clipping:
             raise ConfigError(f"The 'unit_clipping' parameter of {owner} can be 'sketch_l2' only for L2 sketches "
-                              f"(private_count_sketch, count_mean). Got mechanism {mechanism!r}.")
+                              f"({accepting('unit_l2_clipping')}). Got mechanism {mechanism!r}.")
         if privacy_unit is None:
             raise ConfigError(f"The 'unit_clipping' parameter of {owner} is 'sketch_l2' but no 'privacy_unit' is given.")
         C = math.sqrt(max_rows_per_unit) if unit_l2_bound is None else P.check(
             "unit_l2_bound", unit_l2_bound, owner=owner)
     elif unit_l2_bound is not None:
         raise ConfigError(f"The 'unit_l2_bound' parameter of {owner} needs unit_clipping='sketch_l2'.")
-    if mechanism == "histogram":
+    if not spec.hashed:  # a histogram over a public domain
         if domain is None:
-            raise ConfigError(f"The 'domain' parameter of {owner} is required for the histogram mechanism.")
+            raise ConfigError(f"The 'domain' parameter of {owner} is required for the {mechanism} mechanism.")
         domain = check_domain(domain, owner=owner)
     elif domain is not None:
-        raise ConfigError(f"The 'domain' parameter of {owner} applies only to the histogram mechanism.")
+        names = [n for n, s in REGISTRY.items() if not s.hashed]
+        raise ConfigError(f"The 'domain' parameter of {owner} applies only to the {', '.join(names)} mechanism"
+                          f"{'s' if len(names) > 1 else ''}.")
     return k, b, C, domain

@@ -38,7 +38,7 @@ signed CountSketch, any weighted sketch: the removed unit's −m and the added
 unit's +m land in one counter) and for L1 (Count-Min: two disjoint buckets).
 Unweighted *unsigned* L2 tables (Count-Mean, histogram) have contributions
 ≥ 0, so ⟨c, c'⟩ ≥ 0 and ‖c' − c‖₂² ≤ ‖c‖₂² + ‖c'‖₂²: the factor is √2
-(:func:`replace_factor`).
+(:func:`spark_dp.sketch._registry.replace_factor`).
 
 Noise: Gaussian σ = z(ε, δ)·Δ₂ with the exact calibration of Balle & Wang
 (2018); Laplace b = Δ₁/ε. All noise is drawn through the chokepoint.
@@ -46,112 +46,12 @@ Noise: Gaussian σ = z(ε, δ)·Δ₂ with the exact calibration of Balle & Wang
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from spark_dp.privacy import Budget, Chokepoint, GaussianEvent, LaplaceEvent, gaussian_noise_multiplier
-from spark_dp.privacy.events import Event
+from spark_dp.privacy import Chokepoint
+from spark_dp.sketch._registry import SketchSpec
 
-MECHANISMS = ("private_count_sketch", "count_min", "count_mean", "histogram")
 ESTIMATORS = ("median", "min", "mean", "debiased_mean", "lookup")
-DEFAULT_ESTIMATOR = {
-    "private_count_sketch": "median",
-    "count_min": "min",
-    "count_mean": "debiased_mean",
-    "histogram": "lookup",
-}
-SIGNED = {"private_count_sketch": True, "count_min": False, "count_mean": False}
-
-
-@dataclass(frozen=True)
-class SketchPlan:
-    """Everything about a release's privacy that follows from public parameters.
-
-    Attributes:
-        mechanism: one of :data:`MECHANISMS`.
-        events: the privacy events charged (one).
-        budget: the (ε, δ) claimed (δ = 0 for Count-Min).
-        noise: ``gaussian`` or ``laplace``.
-        scale: σ (Gaussian) or b (Laplace) per counter.
-        sensitivity: Δ₂ (Gaussian) or Δ₁ (Laplace) of the whole table.
-        sensitivity_norm: ``l2`` or ``l1``.
-        unit_bound: description of the per-unit bound behind Δ.
-    """
-
-    mechanism: str
-    events: list[Event]
-    budget: Budget
-    noise: str
-    scale: float
-    sensitivity: float
-    sensitivity_norm: str
-    unit_bound: dict = field(default_factory=dict)
-
-    @property
-    def counter_std(self) -> float:
-        """Standard deviation of the noise on one counter."""
-        return self.scale if self.noise == "gaussian" else math.sqrt(2.0) * self.scale
-
-
-def replace_factor(mechanism: str, *, neighbors: str, weighted: bool) -> float:
-    """Δ under ``neighbors`` / Δ under add/remove (module docstring): 1, 2, or √2 for unweighted unsigned L2."""
-    if neighbors == "add_remove":
-        return 1.0
-    if neighbors != "replace":
-        raise ValueError(f"unknown neighbour relation {neighbors!r}; expected 'add_remove' or 'replace'")
-    if mechanism in ("count_mean", "histogram") and not weighted:
-        return math.sqrt(2.0)  # contributions ≥ 0: ‖c' − c‖₂² ≤ ‖c‖₂² + ‖c'‖₂²
-    return 2.0  # triangle inequality; tight for signed or weighted contributions and for L1
-
-
-def sketch_sensitivity(
-    mechanism: str, *, repetitions: int, max_items_per_unit: int = 1, unit_l2_bound: float | None = None,
-    neighbors: str = "add_remove", weighted: bool = False,
-) -> tuple[float, str]:
-    """(Δ, norm) of the released table; see the module docstring for the argument."""
-    k, m = repetitions, max_items_per_unit
-    f = replace_factor(mechanism, neighbors=neighbors, weighted=weighted)
-    if mechanism in ("private_count_sketch", "count_mean"):
-        per_rep = m if unit_l2_bound is None else unit_l2_bound
-        return f * math.sqrt(k) * per_rep, "l2"
-    if mechanism == "count_min":
-        if unit_l2_bound is not None:
-            raise ValueError("count_min bounds L1, not L2: per-unit L2 clipping does not apply")
-        return f * float(k * m), "l1"
-    if mechanism == "histogram":
-        if unit_l2_bound is not None:
-            raise ValueError("histogram: per-unit L2 clipping in sketch space does not apply")
-        return f * float(m), "l2"
-    raise ValueError(f"unknown mechanism {mechanism!r}; expected one of {list(MECHANISMS)}")
-
-
-def plan_sketch(
-    mechanism: str,
-    *,
-    epsilon: float,
-    delta: float,
-    repetitions: int = 1,
-    max_items_per_unit: int = 1,
-    unit_l2_bound: float | None = None,
-    neighbors: str = "add_remove",
-    weighted: bool = False,
-) -> SketchPlan:
-    """The privacy events, noise scale and sensitivity of a sketch release (all public)."""
-    sens, norm = sketch_sensitivity(
-        mechanism, repetitions=repetitions, max_items_per_unit=max_items_per_unit, unit_l2_bound=unit_l2_bound,
-        neighbors=neighbors, weighted=weighted,
-    )
-    unit_bound = {"max_items_per_unit": max_items_per_unit, "unit_l2_bound": unit_l2_bound, "neighbors": neighbors}
-    if norm == "l1":
-        # Laplace mechanism: b = Δ₁/ε is ε-DP (Dwork et al. 2006); z = b/Δ₁ = 1/ε.
-        z = 1.0 / epsilon
-        return SketchPlan(mechanism, [LaplaceEvent(noise_multiplier=z)], Budget(epsilon, 0.0), "laplace",
-                          z * sens, sens, "l1", unit_bound)
-    z = gaussian_noise_multiplier(epsilon, delta)
-    return SketchPlan(mechanism, [GaussianEvent(noise_multiplier=z)], Budget(epsilon, delta), "gaussian",
-                      z * sens, sens, "l2", unit_bound)
 
 
 # -- the mechanisms (driver side; the exact tables come from spark_dp.aggregates.sketch) --
@@ -183,17 +83,25 @@ def gaussian_histogram(hist: np.ndarray, *, chokepoint: Chokepoint, sigma: float
     return chokepoint.gaussian(hist, sigma=sigma, l2_sensitivity=sensitivity)
 
 
-def release_table(plan: SketchPlan, table: np.ndarray, chokepoint: Chokepoint) -> np.ndarray:
-    """Noises an exact table with the mechanism of ``plan`` (through the chokepoint)."""
-    if plan.mechanism == "private_count_sketch":
-        return private_count_sketch(table, chokepoint=chokepoint, sigma=plan.scale, sensitivity=plan.sensitivity)
-    if plan.mechanism == "count_mean":
-        return count_mean_sketch(table, chokepoint=chokepoint, sigma=plan.scale, sensitivity=plan.sensitivity)
-    if plan.mechanism == "count_min":
-        return private_count_min(table, chokepoint=chokepoint, scale=plan.scale, l1_sensitivity=plan.sensitivity)
-    if plan.mechanism == "histogram":
-        return gaussian_histogram(table, chokepoint=chokepoint, sigma=plan.scale, sensitivity=plan.sensitivity)
-    raise ValueError(f"unknown mechanism {plan.mechanism!r}")
+# -- the registry entries (spark_dp.sketch.mechanisms.REGISTRY) -----------
+PRIVATE_COUNT_SKETCH = SketchSpec(
+    "private_count_sketch", "gaussian", estimators=("median", "mean", "min"), signed=True, unit_l2_clipping=True,
+    dyadic=True,
+    release=lambda table, cp, scale, sens: private_count_sketch(table, chokepoint=cp, sigma=scale, sensitivity=sens),
+)
+COUNT_MIN = SketchSpec(
+    "count_min", "laplace", estimators=("min", "median", "mean"), signed=False,
+    release=lambda table, cp, scale, sens: private_count_min(table, chokepoint=cp, scale=scale, l1_sensitivity=sens),
+)
+COUNT_MEAN = SketchSpec(
+    "count_mean", "gaussian", estimators=("debiased_mean", "mean", "median", "min"), signed=False,
+    unit_l2_clipping=True, min_buckets=2,
+    release=lambda table, cp, scale, sens: count_mean_sketch(table, chokepoint=cp, sigma=scale, sensitivity=sens),
+)
+HISTOGRAM = SketchSpec(
+    "histogram", "gaussian", estimators=("lookup",), signed=None,
+    release=lambda table, cp, scale, sens: gaussian_histogram(table, chokepoint=cp, sigma=scale, sensitivity=sens),
+)
 
 
 # -- estimators (post-processing of a released table) ----------------------

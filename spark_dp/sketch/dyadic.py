@@ -21,7 +21,7 @@ hashed domains) and n = 10⁶, 2.3·10⁻⁴.
 Privacy: every row adds its weight to one prefix per level, so the L stacked
 k×b tables move by Δ₂ = √(L·k)·m under add/remove of a unit (each level
 √k·m, disjoint coordinates), and by twice that under replace (signed
-tables; :func:`spark_dp.sketch.count_sketch.replace_factor`). One Gaussian release of the whole stack with
+tables; :func:`spark_dp.sketch.mechanisms.replace_factor`). One Gaussian release of the whole stack with
 σ = z(ε, δ)·Δ₂ — the same as splitting the budget over the L levels by exact
 Gaussian composition (μ² adds up).
 
@@ -39,8 +39,9 @@ from typing import Any
 import numpy as np
 
 from spark_dp.privacy import Budget, GaussianEvent, gaussian_noise_multiplier
-from spark_dp.sketch.count_sketch import SketchPlan, combine, replace_factor, simple_estimates
+from spark_dp.sketch.count_sketch import combine, simple_estimates
 from spark_dp.sketch.hashing import buckets_and_signs
+from spark_dp.sketch.mechanisms import SketchPlan, replace_factor
 
 
 def plan_dyadic(*, epsilon: float, delta: float, repetitions: int, levels: int, max_items_per_unit: int = 1,

@@ -20,8 +20,9 @@ import numpy as np
 
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.release import Release, load_release
-from spark_dp.sketch.count_sketch import DEFAULT_ESTIMATOR, SIGNED, combine, simple_estimates, table_total
+from spark_dp.sketch.count_sketch import combine, simple_estimates, table_total
 from spark_dp.sketch.hashing import MASK, buckets_and_signs, to_signed
+from spark_dp.sketch.mechanisms import DEFAULT_ESTIMATOR, REGISTRY, SIGNED
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -38,14 +39,6 @@ def _is_dataframe(x: Any) -> bool:
     from pyspark.sql import DataFrame
 
     return isinstance(x, DataFrame)
-
-_ALLOWED = {
-    "private_count_sketch": ("median", "mean", "min"),
-    "count_min": ("min", "median", "mean"),
-    "count_mean": ("debiased_mean", "mean", "median", "min"),
-    "histogram": ("lookup",),
-}
-
 
 def seeds_to_payload(seeds: Sequence[int]) -> np.ndarray:
     """64-bit seeds as a (k, 2) float64 array: [i, 0] = high 32 bits, [i, 1] = low 32 bits (unsigned).
@@ -103,9 +96,9 @@ class SketchView:
             raise ConfigError(f"Release {release.release_id!r} is a {m.get('task')!r} release, not a count_sketch one.")
         info = m["sketch"]
         hh = m.get("heavy_hitters") or {}
-        if m["mechanism"] == "histogram":
+        if not REGISTRY[m["mechanism"]].hashed:
             dom = info["domain"]
-            return cls("histogram", info["item_kind"], release["histogram"], [], dom, hh.get("threshold"), hh.get("top"))
+            return cls(m["mechanism"], info["item_kind"], release["histogram"], [], dom, hh.get("threshold"), hh.get("top"))
         stack = level_seeds = hash_seed = None
         if info.get("levels") is not None:
             from spark_dp.sketch.dyadic import stack_of
@@ -119,10 +112,11 @@ class SketchView:
                    hh.get("threshold"), hh.get("top"), stack, level_seeds, hash_seed)
 
     def estimator(self, estimator: str | None) -> str:
+        allowed = REGISTRY[self.mechanism].estimators
         est = estimator or DEFAULT_ESTIMATOR[self.mechanism]
-        if est not in _ALLOWED[self.mechanism]:
+        if est not in allowed:
             raise ConfigError(
-                f"The 'estimator' parameter must be one of {sorted(_ALLOWED[self.mechanism])} for "
+                f"The 'estimator' parameter must be one of {sorted(allowed)} for "
                 f"{self.mechanism}. Got {est!r} instead."
             )
         return est
@@ -174,7 +168,7 @@ def estimate(release: Release | str | SketchView, items: Sequence[Any], *, estim
     view = release if isinstance(release, SketchView) else SketchView.of(release)
     est = view.estimator(estimator)
     items = coerce_items(items, view.kind)
-    if view.mechanism == "histogram":
+    if not REGISTRY[view.mechanism].hashed:
         dom = range(view.domain) if isinstance(view.domain, int) else view.domain
         index = {x: i for i, x in enumerate(dom)}
         return np.array([view.table[index[x]] if x in index else np.nan for x in items], dtype=np.float64)
@@ -213,7 +207,7 @@ def estimate_df(
     est = view.estimator(estimator)
     if not _is_dataframe(candidates):
         raise SchemaError(f"The 'candidates' parameter must be a Spark DataFrame. Got {type(candidates).__name__} instead.")
-    if view.mechanism == "histogram":
+    if not REGISTRY[view.mechanism].hashed:
         ckind = item_kind(candidates, column)
         if ckind != view.kind:
             raise SchemaError(f"Candidate column {column!r} holds {ckind} items but the histogram was built on {view.kind} items.")

@@ -39,19 +39,19 @@ from spark_dp import params as P
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Budget, Chokepoint, compose_epsilon
 from spark_dp.release import Release
-from spark_dp.release.pipeline import Noised, ReleasePlan, run_release
-from spark_dp.tensor.input_perturbation import input_perturbation, input_perturbation_plan
-from spark_dp.tensor.mechanisms import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TENSOR_NEIGHBORS  # noqa: F401
-from spark_dp.tensor.online import online_tensor_power_method, passes_per_component
-from spark_dp.tensor.power_method import TensorDecomposition, check_counts, check_tensor, robust_tensor_power_method
-from spark_dp.tensor.private import (
-    CALIBRATIONS,
-    MODES,
-    private_online_power_method,
-    private_tensor_power_method,
-    rows_plan,
-    tensor_entry_plan,
+from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_request, run_release
+from spark_dp.tensor.mechanisms import (  # noqa: F401 - the name tuples are re-exported
+    EXPLICIT_ONLY,
+    PRIVATE,
+    ROWS_ONLY,
+    TENSOR_MECHANISMS,
+    TENSOR_NEIGHBORS,
+    TensorRequest,
+    on_input,
 )
+from spark_dp.tensor.mechanisms import PARAMS as TENSOR_PARAMS
+from spark_dp.tensor.online import passes_per_component
+from spark_dp.tensor.power_method import TensorDecomposition, check_counts, check_tensor
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -99,6 +99,7 @@ def tensor_decomposition(
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
     release_id: str | None = None,
+    confidence: float = 0.95,
     rng: np.random.Generator | None = None,
     dataset_path: str | None = None,
     config_sha256: str | None = None,
@@ -140,6 +141,8 @@ def tensor_decomposition(
         nonfinite, dimension, privacy_unit, max_rows_per_unit: row handling,
             as in :func:`spark_dp.second_moment.api.second_moment`.
         release_id: idempotency key.
+        confidence: the level of the eigenvalue intervals, in (0, 1)
+            (post-processing, no privacy cost).
         rng: generator for the random starts only (never privacy noise);
             default fresh OS entropy.
         dataset_path: path of the data, recorded in the request (jobs).
@@ -172,8 +175,8 @@ def tensor_decomposition(
     if k is None:
         raise ConfigError(f"The 'k' parameter of {OWNER} (the number of components) is required.")
     V.check_option("mechanism", mechanism, TENSOR_MECHANISMS, owner=OWNER)
-    V.check_option("calibration", calibration, CALIBRATIONS, owner=OWNER)
-    V.check_option("mode", mode, MODES, owner=OWNER)
+    for name, value in (("calibration", calibration), ("mode", mode), ("private", private)):
+        TENSOR_PARAMS.check(name, value, owner=OWNER)
     whiten, rows_per_round, entry_scale = (P.check(n, v, owner=OWNER) for n, v in (
         ("whiten", whiten), ("rows_per_round", rows_per_round), ("entry_scale", entry_scale)))
     rng = rng if rng is not None else np.random.default_rng()  # random starting vectors (public), not privacy noise
@@ -182,8 +185,6 @@ def tensor_decomposition(
         raise ConfigError(f"The 'mechanism' {mechanism!r} of {OWNER} needs rows (a DataFrame), not an explicit tensor.")
     if not explicit and mechanism in EXPLICIT_ONLY:
         raise ConfigError(f"The 'mechanism' {mechanism!r} of {OWNER} needs an explicit tensor, not rows.")
-    if private is not None and not isinstance(private, bool):
-        raise ConfigError(f"The 'private' parameter of {OWNER} must be a bool or None. Got {private!r} instead.")
     if private is False and mechanism in PRIVATE:
         raise ConfigError(f"The 'private' parameter of {OWNER} is False but mechanism {mechanism!r} is private; "
                           "leave 'private' unset.")
@@ -200,7 +201,8 @@ def tensor_decomposition(
     params = {"k": k, "restarts": restarts, "iterations": iterations, "calibration": calibration, "whiten": whiten}
     common = {"dataset_id": session.dataset_id, "task": "tensor_decomposition", "mechanism": mechanism,
               "epsilon": epsilon, "delta": delta, "neighbors": neighbors, "sampler": session.sampler.name,
-              "dataset_path": dataset_path, "config_sha256": config_sha256}
+              "dataset_path": dataset_path, "config_sha256": config_sha256,
+              **confidence_request(P.check("confidence", confidence, owner=OWNER))}
 
     context = {name: value for name, value in locals().items() if name != "explicit"}
     return run_release(session, (_explicit_plan if explicit else _rows_plan)(**context))
@@ -236,36 +238,19 @@ def _explicit_plan(
     params = {**params, "entry_scale": entry_scale}
     request = {**common, "dimension": d, "params": params}
     extra = {"params": params, "dimension": d}
-    if mechanism == "power_method":
+    on = on_input(mechanism, explicit=True)  # the registry entry (tensor.mechanisms.REGISTRY)
+    req = TensorRequest(epsilon=epsilon, delta=delta, k=k, L=L, R=R, calibration=calibration, entry_scale=entry_scale,
+                        neighbors=neighbors)
+    if on.plan is None:
         return _public_plan(session, release_id, request, extra, mechanism,
-                               lambda: robust_tensor_power_method(T, k, L=L, R=R, rng=rng), config_sha256)
-    if mechanism == "private_power_method":
-        plan = tensor_entry_plan(epsilon=epsilon, delta=delta, k=k, L=L, R=R, calibration=calibration)
+                            lambda: on.run(T, req, None, None, rng), config_sha256)
+    plan = on.plan(req)
 
-        def noise(T_: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
-            return _payload(private_tensor_power_method(
-                T_, k, L=L, R=R, nu=plan.nu, chokepoint=cp, rng=rng, entry_scale=entry_scale))
+    def noise(T_: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
+        return _payload(on.run(T_, req, plan, cp, rng))
 
-        privacy = {
-            "sensitivity": "6c*||u||_inf^2 per power step, 6c*||u||_inf^3 per eigenvalue estimate "
-                           "(Wang & Anandkumar 2016, proof of Thm 4.1)",
-            "noise": "gaussian, sigma = nu*c*||u||_inf^p", "noise_family": "gaussian",
-            "noise_scale": None, "nu": plan.nu, "entry_scale": entry_scale,
-        }
-    else:  # input_perturbation
-        plan = input_perturbation_plan(epsilon=epsilon, delta=delta, calibration=calibration, entry_scale=entry_scale)
-
-        def noise(T_: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
-            return _payload(input_perturbation(T_, k, L=L, R=R, plan=plan, chokepoint=cp, rng=rng))
-
-        privacy = {
-            "sensitivity": entry_scale, "sensitivity_norm": "l2 of the unique entries divided by their multiplicity",
-            "noise": "gaussian on the unique entries, sigma*w (w = 1, 2, 6)", "noise_family": "gaussian",
-            "noise_scale": plan.sigma, "noise_sigma": plan.sigma,
-            "entry_scale": entry_scale,
-        }
-    return _private_plan(session, plan, release_id, request, extra, mechanism, lambda: T, noise, privacy,
-                            neighbors, epsilon, delta, config_sha256)
+    return _private_plan(session, plan, release_id, request, extra, mechanism, lambda: T, noise,
+                         on.privacy(plan, req), neighbors, epsilon, delta, config_sha256)
 
 
 def _rows_plan(
@@ -288,9 +273,8 @@ def _rows_plan(
     if source_paths is not None and (isinstance(source_paths, str) or not all(isinstance(p, str) for p in source_paths)):
         raise ConfigError(f"The 'source_paths' parameter of {OWNER} must be a list of paths. Got {source_paths!r} instead.")
     if worker_cache_bytes is not None:
-        worker_cache_bytes = V.check_int("worker_cache_bytes", worker_cache_bytes, owner=OWNER, low=0)
-    if not isinstance(clear_worker_cache, bool):
-        raise ConfigError(f"The 'clear_worker_cache' parameter of {OWNER} must be a bool. Got {clear_worker_cache!r} instead.")
+        worker_cache_bytes = TENSOR_PARAMS.check("worker_cache_bytes", worker_cache_bytes, owner=OWNER)
+    TENSOR_PARAMS.check("clear_worker_cache", clear_worker_cache, owner=OWNER)
     d = vector_dimension(data, columns, dimension)  # schema check, no Spark job
     k, L, R = check_counts(k, restarts, iterations, d, owner=OWNER, names=("restarts", "iterations"))
     eigen_pass = private
@@ -307,15 +291,15 @@ def _rows_plan(
     source = _RowsSource(data, columns, dimension=dimension, privacy_unit=privacy_unit,
                          max_rows_per_unit=max_rows_per_unit, passes=None, mode=mode, source_paths=source_paths,
                          cache_bytes=worker_cache_bytes, clear_cache=clear_worker_cache)
+    on = on_input(mechanism, explicit=False)  # the registry entry (tensor.mechanisms.REGISTRY)
+    req = TensorRequest(epsilon=epsilon, delta=delta, k=k, L=L, R=R, calibration=calibration, norm_bound=norm_bound,
+                        mode=mode, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit, whiten=whiten,
+                        rows_per_round=rows_per_round)
     if whiten:
-        return _whitened_plan(session, source, release_id=release_id, request=request, extra=extra,
-                              mechanism=mechanism, private=private, k=k, L=L, R=R, d=d, mode=mode,
-                              epsilon=epsilon, delta=delta, norm_bound=norm_bound, neighbors=neighbors,
-                              calibration=calibration, nonfinite=nonfinite,
-                              max_rows_per_unit=max_rows_per_unit, rng=rng, config_sha256=config_sha256)
-    if private:
-        plan = rows_plan(epsilon=epsilon, delta=delta, k=k, L=L, R=R, norm_bound=norm_bound, mode=mode,
-                         calibration=calibration, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit)
+        return _whitened_plan(session, source, on, req, release_id=release_id, request=request, extra=extra,
+                              mechanism=mechanism, d=d, nonfinite=nonfinite, rng=rng, config_sha256=config_sha256)
+    if on.plan is not None:
+        plan = on.plan(req)
     source.passes, source.seed = passes, int(rng.integers(0, 2**62))
     prepare = source.prepare
 
@@ -325,12 +309,11 @@ def _rows_plan(
                                      pass_index=pass_index if mode == "fresh" else None)
         return moments
 
-    if not private:
+    if on.plan is None:
         def run() -> TensorDecomposition:
             frame = prepare()
             try:
-                return online_tensor_power_method(moments_of(frame), d=d, k=k, L=L, R=R, rng=rng,
-                                                  rows_per_round=rows_per_round)
+                return on.run(moments_of(frame), d, req, None, None, rng)
             finally:
                 source.release(frame)
         return _public_plan(session, release_id, request, extra, mechanism, run, config_sha256)
@@ -340,19 +323,12 @@ def _rows_plan(
         # the Spark work runs here, after the charge; a crash mid-way costs budget
         # but releases nothing.
         try:
-            return _payload(private_online_power_method(
-                moments_of(frame), d=d, k=k, L=L, R=R, plan=plan, chokepoint=cp, rng=rng,
-                rows_per_round=rows_per_round))
+            return _payload(on.run(moments_of(frame), d, req, plan, cp, rng))
         finally:
             source.release(frame)
 
-    privacy = {
-        "sensitivity": plan.sensitivity, "sensitivity_norm":
-            "Frobenius norm of one pass's batch of L columns: sqrt(L)*B^3 per row (x m rows per unit, x2 replace)",
-        "noise": "gaussian", "noise_family": "gaussian", "noise_scale": plan.sigma, "noise_sigma": plan.sigma,
-        "norm_bound": norm_bound,
-        "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit,
-    }
+    privacy = {**on.privacy(plan, req), "norm_bound": norm_bound, "privacy_unit": privacy_unit or "row",
+               "max_rows_per_unit": max_rows_per_unit}
     return _private_plan(session, plan, release_id, request, extra, mechanism, prepare, noise, privacy,
                             neighbors, epsilon, delta, config_sha256)
 
@@ -392,22 +368,18 @@ class _RowsSource:
             clear_worker_cache(frame.spark, frame.uris)
 
 
-def _whitened_plan(session, source, *, release_id, request, extra, mechanism, private, k, L, R, d, mode,
-                   epsilon, delta, norm_bound, neighbors, calibration, nonfinite, max_rows_per_unit, rng,
+def _whitened_plan(session, source, on, req, *, release_id, request, extra, mechanism, d, nonfinite, rng,
                    config_sha256) -> ReleasePlan:
-    """Whitened decomposition over rows (see :mod:`spark_dp.tensor.whiten`)."""
+    """Whitened decomposition over rows (see :mod:`spark_dp.tensor.whiten`), by the mechanism's ``run_whitened``."""
     from spark_dp.aggregates.moments import second_moment_sums, third_moment_sums
-    from spark_dp.tensor.whiten import (
-        private_whitened_power_method,
-        whitened_online_power_method,
-        whitened_rows_plan,
-    )
 
-    source.passes = k * passes_per_component(R, private) if mode == "fresh" else None
+    if on.run_whitened is None:
+        raise ConfigError(f"The 'whiten' parameter of {OWNER} is not supported by mechanism {mechanism!r}.")
+    private, norm_bound, mode = on.plan is not None, req.norm_bound, req.mode
+    source.passes = req.k * passes_per_component(req.R, private) if mode == "fresh" else None
     source.seed = int(rng.integers(0, 2**62))
     if private:
-        plan = whitened_rows_plan(epsilon=epsilon, delta=delta, k=k, L=L, R=R, norm_bound=norm_bound, mode=mode,
-                                  calibration=calibration, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit)
+        plan = on.plan(req)
     prepare = source.prepare
 
     def moments_of(frame):
@@ -423,7 +395,7 @@ def _whitened_plan(session, source, *, release_id, request, extra, mechanism, pr
             frame = prepare()
             try:
                 M2, n = second_moment_sums(frame, d, norm_bound=norm_bound, nonfinite=nonfinite)
-                return whitened_online_power_method(moments_of(frame), M2 / max(n, 1.0), k=k, L=L, R=R, rng=rng)
+                return on.run_whitened(moments_of(frame), M2, n, req, None, None, rng)
             finally:
                 source.release(frame)
         return _public_plan(session, release_id, request, extra, mechanism, run, config_sha256, payload=payload)
@@ -435,22 +407,14 @@ def _whitened_plan(session, source, *, release_id, request, extra, mechanism, pr
     def noise(exact, cp: Chokepoint) -> dict[str, np.ndarray]:
         frame, gram = exact
         try:
-            return payload(private_whitened_power_method(
-                moments_of(frame), gram, k=k, L=L, R=R, plan=plan, chokepoint=cp, rng=rng, norm_bound=norm_bound,
-                mode=mode, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit))
+            return payload(on.run_whitened(moments_of(frame), gram, None, req, plan, cp, rng))
         finally:
             source.release(frame)
 
-    privacy = {
-        "sensitivity": {"second_moment": plan.sensitivity,
-                        "power_passes": "f*m*sqrt(L)*B_y^3 per unit (f = 1 add/remove, 2 replace; m rows per "
-                                        "unit), B_y = ||W||_op * B from the released M2"},
-        "noise": "gaussian", "noise_family": "gaussian", "noise_scale": None, "second_moment_sigma": plan.sigma,
-        "norm_bound": norm_bound,
-        "privacy_unit": source.privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit, "whiten": True,
-    }
+    privacy = {**on.privacy(plan, req), "norm_bound": norm_bound, "privacy_unit": source.privacy_unit or "row",
+               "max_rows_per_unit": req.max_rows_per_unit, "whiten": True}
     return _private_plan(session, plan, release_id, request, extra, mechanism, compute, noise, privacy,
-                            neighbors, epsilon, delta, config_sha256)
+                         req.neighbors, req.epsilon, req.delta, config_sha256)
 
 
 def _private_plan(session, plan, release_id, request, extra, mechanism, compute, noise, privacy, neighbors,

@@ -26,6 +26,7 @@ import numpy as np
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Chokepoint, GaussianEvent
 from spark_dp.privacy.calibration import paper_classic_gaussian_noise_multiplier
+from spark_dp.tensor._registry import OnInput, TensorMechanismSpec
 from spark_dp.tensor.power_method import TensorDecomposition, check_counts, check_tensor, power_method_checked
 from spark_dp.tensor.private import PrivatePlan, calibrate
 
@@ -114,3 +115,18 @@ def input_perturbation(
     k, L, R = check_counts(k, L, R, T.shape[0], owner=owner)
     noisy = noisy_symmetric_tensor(T, sigma=plan.sigma, sensitivity=plan.sensitivity, chokepoint=chokepoint)
     return power_method_checked(noisy, k, L=L, R=R, rng=rng)  # noisy is finite and exactly symmetric by construction
+
+
+# -- the registry entry (spark_dp.tensor.mechanisms.REGISTRY): explicit tensors, tensor_entry neighbours --------
+INPUT_PERTURBATION = TensorMechanismSpec("input_perturbation", explicit=OnInput(
+    plan=lambda req: input_perturbation_plan(epsilon=req.epsilon, delta=req.delta, calibration=req.calibration,
+                                             entry_scale=req.entry_scale),
+    run=lambda T, req, plan, cp, rng: input_perturbation(T, req.k, L=req.L, R=req.R, plan=plan, chokepoint=cp,
+                                                         rng=rng),
+    privacy=lambda plan, req: {
+        "sensitivity": req.entry_scale, "sensitivity_norm": "l2 of the unique entries divided by their multiplicity",
+        "noise": "gaussian on the unique entries, sigma*w (w = 1, 2, 6)", "noise_family": "gaussian",
+        "noise_scale": plan.sigma, "noise_sigma": plan.sigma,
+        "entry_scale": req.entry_scale,
+    },
+))

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from spark_dp.tensor._registry import OnInput, TensorMechanismSpec
 from spark_dp.tensor.power_method import TensorDecomposition, deflate, normalize_columns, random_unit_columns
 
 log = logging.getLogger("spark_dp")
@@ -102,3 +103,18 @@ def online_tensor_power_method(
         lambdas = np.append(lambdas, lam[best])
         V_ = np.vstack([V_, U[:, best]])
     return TensorDecomposition(eigenvalues=lambdas, eigenvectors=V_)
+
+
+# -- the registry entry (spark_dp.tensor.mechanisms.REGISTRY): Alg. 2 on rows, not private ------------------
+def _run_whitened(moments, m2_sum, n, req, plan, cp, rng):
+    from spark_dp.tensor.whiten import whitened_online_power_method  # (whiten imports this module)
+
+    return whitened_online_power_method(moments, m2_sum / max(n, 1.0), k=req.k, L=req.L, R=req.R, rng=rng)
+
+
+ONLINE_POWER_METHOD = TensorMechanismSpec("online_power_method", rows=OnInput(
+    plan=None,
+    run=lambda moments, d, req, plan, cp, rng: online_tensor_power_method(
+        moments, d=d, k=req.k, L=req.L, R=req.R, rng=rng, rows_per_round=req.rows_per_round),
+    run_whitened=_run_whitened,
+))

@@ -25,6 +25,7 @@ import numpy as np
 
 from spark_dp import _validation as V
 from spark_dp.errors import ConfigError, SchemaError
+from spark_dp.tensor._registry import OnInput, TensorMechanismSpec
 
 
 @dataclass(frozen=True)
@@ -204,3 +205,9 @@ def power_method_checked(T: np.ndarray, k: int, *, L: int, R: int, rng: np.rando
         lambdas = np.append(lambdas, m3[best])
         V_ = np.vstack([V_, U[:, best]])
     return TensorDecomposition(eigenvalues=lambdas, eigenvectors=V_)
+
+
+# -- the registry entry (spark_dp.tensor.mechanisms.REGISTRY): Alg. 1, explicit (public) tensors, not private --
+POWER_METHOD = TensorMechanismSpec("power_method", explicit=OnInput(
+    plan=None, run=lambda T, req, plan, cp, rng: robust_tensor_power_method(T, req.k, L=req.L, R=req.R, rng=rng),
+))

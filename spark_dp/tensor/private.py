@@ -48,6 +48,7 @@ import numpy as np
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Chokepoint, GaussianEvent, NoiseSampler, gaussian_noise_multiplier
 from spark_dp.privacy.calibration import paper_classic_gaussian_noise_multiplier
+from spark_dp.tensor._registry import OnInput, TensorMechanismSpec, TensorRequest
 from spark_dp.tensor.power_method import (
     TensorDecomposition,
     check_counts,
@@ -410,3 +411,65 @@ def private_online_power_method(
     return online_tensor_power_method(
         moments, d=d, k=k, L=L, R=R, rng=rng, release=release, eigen_pass=True, rows_per_round=rows_per_round,
     )
+
+
+# -- the registry entry (spark_dp.tensor.mechanisms.REGISTRY): Alg. 3 on explicit tensors and on rows ----------
+# (whiten imports this module: its functions are imported where used)
+def _explicit_privacy(plan: PrivatePlan, req: TensorRequest) -> dict:
+    return {
+        "sensitivity": "6c*||u||_inf^2 per power step, 6c*||u||_inf^3 per eigenvalue estimate "
+                       "(Wang & Anandkumar 2016, proof of Thm 4.1)",
+        "noise": "gaussian, sigma = nu*c*||u||_inf^p", "noise_family": "gaussian",
+        "noise_scale": None, "nu": plan.nu, "entry_scale": req.entry_scale,
+    }
+
+
+def _rows_events(req: TensorRequest) -> PrivatePlan:
+    from spark_dp.tensor.whiten import whitened_rows_plan
+
+    return (whitened_rows_plan if req.whiten else rows_plan)(
+        epsilon=req.epsilon, delta=req.delta, k=req.k, L=req.L, R=req.R, norm_bound=req.norm_bound, mode=req.mode,
+        calibration=req.calibration, neighbors=req.neighbors, max_rows_per_unit=req.max_rows_per_unit)
+
+
+def _rows_privacy(plan: PrivatePlan, req: TensorRequest) -> dict:
+    if req.whiten:
+        return {
+            "sensitivity": {"second_moment": plan.sensitivity,
+                            "power_passes": "f*m*sqrt(L)*B_y^3 per unit (f = 1 add/remove, 2 replace; m rows per "
+                                            "unit), B_y = ||W||_op * B from the released M2"},
+            "noise": "gaussian", "noise_family": "gaussian", "noise_scale": None, "second_moment_sigma": plan.sigma,
+        }
+    return {
+        "sensitivity": plan.sensitivity, "sensitivity_norm":
+            "Frobenius norm of one pass's batch of L columns: sqrt(L)*B^3 per row (x m rows per unit, x2 replace)",
+        "noise": "gaussian", "noise_family": "gaussian", "noise_scale": plan.sigma, "noise_sigma": plan.sigma,
+    }
+
+
+def _run_rows_whitened(moments, m2_sum, n, req, plan, cp, rng):
+    from spark_dp.tensor.whiten import private_whitened_power_method
+
+    return private_whitened_power_method(
+        moments, m2_sum, k=req.k, L=req.L, R=req.R, plan=plan, chokepoint=cp, rng=rng, norm_bound=req.norm_bound,
+        mode=req.mode, neighbors=req.neighbors, max_rows_per_unit=req.max_rows_per_unit)
+
+
+PRIVATE_POWER_METHOD = TensorMechanismSpec(
+    "private_power_method",
+    explicit=OnInput(
+        plan=lambda req: tensor_entry_plan(epsilon=req.epsilon, delta=req.delta, k=req.k, L=req.L, R=req.R,
+                                           calibration=req.calibration),
+        run=lambda T, req, plan, cp, rng: private_tensor_power_method(
+            T, req.k, L=req.L, R=req.R, nu=plan.nu, chokepoint=cp, rng=rng, entry_scale=req.entry_scale),
+        privacy=_explicit_privacy,
+    ),
+    rows=OnInput(
+        plan=_rows_events,
+        run=lambda moments, d, req, plan, cp, rng: private_online_power_method(
+            moments, d=d, k=req.k, L=req.L, R=req.R, plan=plan, chokepoint=cp, rng=rng,
+            rows_per_round=req.rows_per_round),
+        run_whitened=_run_rows_whitened,
+        privacy=_rows_privacy,
+    ),
+)

@@ -1,0 +1,149 @@
+"""Error bars on every release (issue #14 §2): the Uncertainty infrastructure, without Spark.
+
+The pipeline writes each array's ``stderr``/``low``/``high`` into its Parquet
+file and the level and method into the manifest; ``load_release`` reads them
+back; releases written before (no columns, no block) load as before; the
+``confidence`` level is validated once and changes the request digest only
+when it is not the default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from spark_dp import DPSession
+from spark_dp import params as P
+from spark_dp.errors import ConfigError
+from spark_dp.privacy import Budget, gaussian_noise_multiplier
+from spark_dp.privacy.events import GaussianEvent
+from spark_dp.release import load_release
+from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_request, run_release
+from spark_dp.release.release import NoUncertaintyError, Release, write_release
+from spark_dp.release.table import release_rows
+from spark_dp.release.uncertainty import Uncertainty, bound, empirical_interval, gaussian_interval, normal_quantile
+from tests._samplers import Recorder
+
+EPS, DELTA = 1.0, 1e-6
+
+
+def _session(tmp_path):
+    return DPSession("ds", ledger=f"sqlite:///{tmp_path}/ledger.db", epsilon_limit=10.0, delta_limit=1e-5,
+                     output=str(tmp_path / "out"), sampler=Recorder())
+
+
+def _plan(confidence=0.95, release_id="r1", with_bound=True):
+    sigma = gaussian_noise_multiplier(EPS, DELTA)
+    level = confidence
+
+    def noise(exact, cp):
+        values = cp.gaussian(exact, sigma=sigma, l2_sensitivity=1.0)
+        unc = {"values": gaussian_interval(values, sigma, level)}
+        if with_bound:
+            unc["top"] = bound(values[:1], 3 * sigma, method="a test bound")
+        return Noised({"values": values, "top": values[:1].copy(), "plain": np.arange(2.0)}, uncertainty=unc)
+
+    return ReleasePlan(task="test_task", mechanism="gauss", request={"v": 1, **confidence_request(confidence)},
+                       events=(GaussianEvent(sigma),), budget=Budget(EPS, DELTA),
+                       privacy={"neighbors": "add_remove", "noise_family": "gaussian", "noise_scale": sigma},
+                       manifest={}, compute=lambda: np.zeros((2, 3)), noise=noise, release_id=release_id)
+
+
+def test_gaussian_interval_is_value_plus_minus_z_sigma():
+    u = gaussian_interval(np.array([1.0, -2.0]), 2.0, 0.95)
+    z = normal_quantile(0.95)
+    assert z == pytest.approx(1.959964, abs=1e-6)
+    np.testing.assert_allclose(u.low, [1 - 2 * z, -2 - 2 * z])
+    np.testing.assert_allclose(u.high, [1 + 2 * z, -2 + 2 * z])
+    np.testing.assert_allclose(u.stderr, [2.0, 2.0])
+    assert (u.kind, u.covers) == ("interval", "noise")
+    assert normal_quantile(0.9) == pytest.approx(1.644854, abs=1e-6)
+
+
+def test_empirical_interval_pivots_the_error_quantiles():
+    draws = np.linspace(-1, 3, 4001)[:, None]  # errors in [-1, 3]
+    u = empirical_interval(np.array([10.0]), draws, 0.5, method="m")
+    np.testing.assert_allclose([u.low[0], u.high[0]], [10 - 2.0, 10 - 0.0], atol=1e-9)
+
+
+def test_bad_uncertainties_are_bugs():
+    with pytest.raises(ValueError, match="shape"):
+        Uncertainty(np.zeros(2), np.zeros(3), None, "m")
+    with pytest.raises(ValueError, match="kind"):
+        Uncertainty(np.zeros(2), np.zeros(2), None, "m", kind="guess")
+    with pytest.raises(ValueError, match="covers"):
+        Uncertainty(np.zeros(2), np.zeros(2), None, "m", covers="all")
+    with pytest.raises(RuntimeError, match="not a payload array"):
+        Noised({"a": np.zeros(2)}, uncertainty={"b": gaussian_interval(np.zeros(2), 1.0, 0.95)})
+    with pytest.raises(RuntimeError, match="has shape"):
+        Noised({"a": np.zeros(2)}, uncertainty={"a": gaussian_interval(np.zeros(3), 1.0, 0.95)})
+
+
+def test_round_trip_through_parquet_and_manifest(tmp_path):
+    rel = run_release(_session(tmp_path), _plan())
+    m = json.load(open(os.path.join(rel.path, "manifest.json")))
+    assert m["uncertainty"]["level"] == 0.95
+    assert set(m["uncertainty"]["arrays"]) == {"values", "top"}
+    assert m["uncertainty"]["arrays"]["top"] == {"method": "a test bound", "kind": "bound", "covers": "noise"}
+    table = pq.read_table(os.path.join(rel.path, "values.parquet"))
+    assert table.column_names == ["i", "j", "value", "stderr", "low", "high"]
+    assert pq.read_table(os.path.join(rel.path, "plain.parquet")).column_names == ["i", "value"]
+    assert pq.read_table(os.path.join(rel.path, "top.parquet")).column("stderr").null_count == 3
+
+    back = load_release(rel.path)
+    np.testing.assert_array_equal(back["values"], rel["values"])
+    for name in ("values", "top"):
+        np.testing.assert_array_equal(back.interval(name)[0], rel.interval(name)[0])
+        np.testing.assert_array_equal(back.interval(name)[1], rel.interval(name)[1])
+        assert back.uncertainty[name].describe() == rel.uncertainty[name].describe()
+    np.testing.assert_array_equal(back.stderr("values"), rel.stderr("values"))
+    assert back.confidence == 0.95
+    low, high = back.interval("values")
+    assert low.shape == (2, 3) and np.all(low < back["values"]) and np.all(back["values"] < high)
+    rows = release_rows(back)  # the warehouse table's rows carry them too
+    v = rows[rows["array"] == "values"]
+    np.testing.assert_allclose(v["low"].to_numpy(), low.reshape(-1))
+    assert rows[rows["array"] == "plain"]["low"].isna().all()
+
+
+def test_errors_name_the_array(tmp_path):
+    rel = run_release(_session(tmp_path), _plan())
+    with pytest.raises(NoUncertaintyError, match=r"Array 'plain' of release 'r1' has no uncertainty "
+                                                 r"\(arrays with one: \['top', 'values'\]\)"):
+        rel.interval("plain")
+    with pytest.raises(KeyError, match="Release 'r1' has no array 'nope'"):
+        rel.stderr("nope")
+    with pytest.raises(KeyError, match="Array 'top' of release 'r1' has a bound .*not a standard error"):
+        rel.stderr("top")
+
+
+def test_a_release_without_uncertainty_loads_as_before(tmp_path):
+    """An older release: no block, files without the columns."""
+    old = Release("old-1", {"matrix": np.eye(2), "vector": np.array([3.0])}, {"release_id": "old-1", "privacy": {}})
+    path = write_release(old, str(tmp_path))
+    m = json.load(open(os.path.join(path, "manifest.json")))
+    assert "uncertainty" not in m
+    assert pq.read_table(os.path.join(path, "matrix.parquet")).column_names == ["i", "j", "value"]
+    back = load_release(path)
+    np.testing.assert_array_equal(back["matrix"], np.eye(2))
+    np.testing.assert_array_equal(back["vector"], [3.0])
+    assert back.uncertainty == {} and back.confidence is None
+    with pytest.raises(KeyError, match="has no uncertainty .*the release has none"):
+        back.interval("matrix")
+
+
+def test_the_level_is_validated_and_part_of_the_request(tmp_path):
+    for bad in (0, 1, 1.5, -0.1, "high", True):
+        with pytest.raises(ConfigError, match="'confidence' parameter of pca"):
+            P.check("confidence", bad, owner="pca")
+    assert confidence_request(0.95) == {}
+    assert _plan(0.95).request_sha256 == _plan(0.95, release_id="x").request_sha256
+    assert _plan(0.9).request_sha256 != _plan(0.95).request_sha256
+    rel = run_release(_session(tmp_path), _plan(0.9, release_id="r90"))
+    assert rel.manifest["uncertainty"]["level"] == 0.9 and load_release(rel.path).confidence == 0.9
+    z = normal_quantile(0.9)
+    np.testing.assert_allclose(rel.interval("values")[1] - rel["values"], z * rel.stderr("values"))
