@@ -92,8 +92,11 @@ def test_second_moment_and_pca_come_back_in_data_units(data, tmp_path):
     s = _session(tmp_path, Zero())
     bounds = {"a": BOUNDS["a"], "b": BOUNDS["b"]}
     Xc, _ = _clamped(X, y)
-    m = api.second_moment(s, df, ["a", "b"], epsilon=1.0, delta=1e-6, bounds=bounds)["matrix"]
+    rel = api.second_moment(s, df, ["a", "b"], epsilon=1.0, delta=1e-6, bounds=bounds)
+    m = rel["matrix"]
     assert np.allclose(m, Xc.T @ Xc, rtol=1e-9)
+    sd = rel.uncertainty["matrix"].stderr  # the noise T·N·Tᵀ in the data's units: larger for larger units
+    assert sd.shape == (2, 2) and sd[1, 1] > sd[0, 0] > 0
     rel = api.pca(s, df, ["a", "b"], 1, epsilon=1.0, delta=1e-6, bounds=bounds)
     vals, vecs = np.linalg.eigh(Xc.T @ Xc)
     assert np.allclose(rel["eigenvalues"], vals[-1:]) and np.allclose(np.abs(rel["eigenvectors"][0]), np.abs(vecs[:, -1]))

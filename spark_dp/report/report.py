@@ -75,6 +75,11 @@ def privacy_summary(release: Release) -> dict:
 
 
 def _sigma(release: Release) -> float | None:
+    """The Gaussian σ of the matrix entries as released; None where it is not that (other noise, or a release
+    mapped back to the data's units from scaled vectors, whose noise is T·N·Tᵀ: manifest ``scaling``).
+    """
+    if release.manifest.get("scaling"):
+        return None
     family, s = noise_of(release.privacy)
     return float(s) if isinstance(s, (int, float)) and family == "gaussian" else None
 
@@ -104,8 +109,8 @@ def _spectrum(release: Release, ax, sections: list[str]) -> None:
 def _coefficient_sd(release: Release) -> np.ndarray | None:
     """First-order sd of β from Gaussian noise of scale σ on M = XᵀX and m = Xᵀy (Analyze Gauss)."""
     sigma = _sigma(release)
-    if sigma is None or "matrix" not in release.arrays or release.manifest.get("scaling"):
-        return None  # with bounds or an intercept column the matrix is in the data's units, not the noise's
+    if sigma is None or "matrix" not in release.arrays:
+        return None
     full = np.asarray(release["matrix"])
     M = full[:-1, :-1]
     beta = np.asarray(release["coefficients"])

@@ -37,7 +37,7 @@ from spark_dp.privacy import Budget, Chokepoint
 from spark_dp.privacy.quantile import NORM_GRID, QuantilePlan, plan_quantile, private_quantile
 from spark_dp.release import Release
 from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, confidence_request, run_release
-from spark_dp.release.uncertainty import Uncertainty
+from spark_dp.release.uncertainty import Uncertainty, gaussian_interval
 from spark_dp.second_moment._registry import MechanismPlan
 from spark_dp.second_moment._scaling import Scaling
 from spark_dp.second_moment.intervals import regression_bootstrap
@@ -303,6 +303,19 @@ def _data_matrix(vec: _Vector, matrix: np.ndarray, norm_bound: float, *, keep_co
     return np.delete(np.delete(out, k, axis=0), k, axis=1)
 
 
+def _data_matrix_uncertainty(vec: _Vector, plan: MechanismPlan, matrix: np.ndarray, norm_bound: float,
+                             postprocess: str, level: float, *, keep_constant: bool = False) -> dict[str, Uncertainty]:
+    """``{"matrix": …}``: Analyze Gauss's noise mapped to the data's units (T·N·Tᵀ, entry sd exact); else {}."""
+    if not vec.scaled or plan.mechanism != "analyze_gauss" or postprocess != "none" or vec.size > 64:
+        return {}
+    sd = vec.scaling(norm_bound).noise_sd(float(plan.privacy["noise_sigma"]))
+    k = vec.constant_at
+    if not keep_constant and k is not None:
+        sd = np.delete(np.delete(sd, k, axis=0), k, axis=1)
+    return {"matrix": gaussian_interval(matrix, sd, level, method=(
+        "value ± z·sd with sd that of the Gaussian noise T·N·Tᵀ mapped to the data's units (exact)"))}
+
+
 def second_moment(
     session: DPSession,
     df: DataFrame,
@@ -362,7 +375,9 @@ def second_moment(
             computed from the release and the public bounds only. NaN, inf
             and null are not clamped: the ``nonfinite`` policy applies as
             without bounds (``zero`` puts the entry at its bounds' centre).
-            Not for array/vector columns.
+            Not for array/vector columns. With Analyze Gauss (post-processing
+            ``none``) ``matrix`` carries intervals in the data's units: the
+            noise mapped back, T·N·Tᵀ, has an exact per-entry sd.
         release_id: idempotency key; a new one is made if None. A release
             id seen before returns the stored release (no new noise or
             charge).
@@ -422,8 +437,14 @@ def second_moment(
     request = _request(session, "second_moment", mechanism, columns, d, params, epsilon, delta, vec.norm_bound,
                        neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256, vec=vec,
                        **confidence_request(P.check("confidence", confidence, owner=owner)))
+
+    def finish(matrix, norm_bound: float, plan: MechanismPlan) -> Noised:
+        matrix = _data_matrix(vec, matrix, norm_bound)
+        return Noised({"matrix": matrix}, uncertainty=_data_matrix_uncertainty(
+            vec, plan, matrix, norm_bound, postprocess, confidence_of(request)))
+
     return _release(session, df, vec, task="second_moment", plan_for=plan_for, request=request,
-                    finish=lambda m, b, _plan: Noised({"matrix": _data_matrix(vec, m, b)}), release_id=release_id,
+                    finish=finish, release_id=release_id,
                     nonfinite=nonfinite, dimension=dimension, privacy_unit=privacy_unit,
                     max_rows_per_unit=max_rows_per_unit, config_sha256=config_sha256,
                     extra=_extra(columns, params, vec.norm_bound, nonfinite, privacy_unit, vec),
@@ -568,6 +589,8 @@ def linear_regression(
         else:  # bounds without an intercept: the no-intercept fit in the data's units
             beta, info = regression_coefficients(_data_matrix(vec, result, norm_bound), ridge=ridge)
         matrix = _data_matrix(vec, result, norm_bound, keep_constant=True)
+        uncertainty.update(_data_matrix_uncertainty(vec, plan, matrix, norm_bound, postprocess, confidence_of(request),
+                                                    keep_constant=True))
         return Noised({**split(beta), "matrix": matrix}, {"solution": info}, uncertainty=uncertainty)
 
     return _release(session, df, vec, task="linear_regression", plan_for=plan_for, request=request, finish=finish,
@@ -638,10 +661,11 @@ def pca(
                        nonfinite, privacy_unit, max_rows_per_unit, config_sha256, vec=vec,
                        **confidence_request(P.check("confidence", confidence, owner=owner)))
 
-    def finish(matrix, norm_bound: float, _plan) -> Noised:
+    def finish(matrix, norm_bound: float, plan: MechanismPlan) -> Noised:
         matrix = _data_matrix(vec, matrix, norm_bound)
         vals, vecs = principal_components(matrix, k)
-        return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix})
+        return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix}, uncertainty=(
+            _data_matrix_uncertainty(vec, plan, matrix, norm_bound, postprocess, confidence_of(request))))
 
     return _release(session, df, vec, task="pca", plan_for=plan_for, request=request, finish=finish,
                     release_id=release_id, nonfinite=nonfinite, dimension=dimension,
