@@ -32,6 +32,7 @@ from spark_dp.privacy.ledger import DatasetStatus
 from spark_dp.privacy.noise import SAMPLERS
 from spark_dp.release import Release
 from spark_dp.release.pipeline import stored_release
+from spark_dp.release.preview import Preview, dry_run
 from spark_dp.second_moment.api import linear_regression as _linear_regression
 from spark_dp.second_moment.api import pca as _pca
 from spark_dp.second_moment.api import second_moment as _second_moment
@@ -54,6 +55,78 @@ def _as_method(fn: Callable[..., Release]) -> Callable[..., Release]:
     first, *rest = sig.parameters.values()
     method.__signature__ = sig.replace(parameters=[first.replace(name="self"), *rest])  # type: ignore[attr-defined]
     return method
+
+
+def _as_preview(fn: Callable[..., Release]) -> Callable[..., Preview]:
+    """``fn(session, ...)`` as a :class:`SessionPreview` method: same signature plus ``n``, returning a Preview."""
+    module, name = fn.__module__, fn.__name__
+
+    @functools.wraps(fn)
+    def method(self: SessionPreview, *args: Any, n: int | None = None, **kwargs: Any) -> Preview:
+        return self._run(getattr(sys.modules[module], name), args, kwargs, n)
+
+    sig = inspect.signature(fn)
+    first, *rest = sig.parameters.values()
+    n_param = inspect.Parameter("n", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="int | None")
+    method.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[first.replace(name="self"), *rest, n_param], return_annotation="Preview")
+    method.__doc__ = (f"Dry run of :meth:`DPSession.{name}`: the same arguments, plus ``n`` (a guess of the "
+                      "number of rows for the accuracy prediction). Reads no data, charges and writes "
+                      f"nothing; returns a :class:`~spark_dp.release.preview.Preview`.\n\n{fn.__doc__ or ''}")
+    return method
+
+
+class SessionPreview:
+    """``dp.preview``: every release call as a dry run that reads no data and spends nothing.
+
+    Either the family function by name, with the release's own arguments::
+
+        p = dp.preview.linear_regression(df, ["x1", "x2"], "y", epsilon=1.0, delta=1e-6, norm_bound=3.0, n=50_000)
+
+    or any release call of the session, wrapped::
+
+        p = dp.preview(dp.linear_regression, df, ["x1", "x2"], "y", epsilon=1.0, delta=1e-6, norm_bound=3.0)
+
+    The request is validated exactly as the release validates it (a bad one
+    raises the same error); the plan — events, σ, sensitivity — is the one the
+    release would use. A refusal (over budget…) is reported in the preview
+    (``would_refuse``, ``reason``), not raised. No Spark job runs (the
+    DataFrame's schema is read, never its rows); the ledger is only read.
+    ``n``: your guess of the number of rows (or units), for the accuracy
+    prediction; without it, regressions get a table over n.
+    """
+
+    def __init__(self, session: DPSession) -> None:
+        self._session = session
+
+    def __call__(self, release: Callable[..., Release], /, *args: Any, n: int | None = None, **kwargs: Any) -> Preview:
+        """Dry run of ``release(*args, **kwargs)``: a release method of this session (or a family function)."""
+        owner = getattr(release, "__self__", None)
+        if owner is not None:
+            if owner is not self._session:
+                raise ConfigError("The 'release' parameter of preview must be a release method of this session "
+                                  f"(e.g. dp.linear_regression). Got {release!r} instead.")
+            release = getattr(type(owner), release.__name__)
+        if not callable(release) or getattr(release, "__name__", None) not in _FAMILIES:
+            raise ConfigError(f"The 'release' parameter of preview must be one of the session's release methods "
+                              f"{sorted(_FAMILIES)}. Got {release!r} instead.")
+        return getattr(self, release.__name__)(*args, n=n, **kwargs)
+
+    def _run(self, fn: Callable[..., Any], args: tuple, kwargs: dict, n: int | None) -> Preview:
+        with dry_run(n=n):
+            out = fn(self._session, *args, **kwargs)
+        if not isinstance(out, Preview):
+            raise RuntimeError(f"bug: {fn.__name__} did not reach the release pipeline in a dry run")
+        return out
+
+    second_moment = _as_preview(_second_moment)
+    linear_regression = _as_preview(_linear_regression)
+    pca = _as_preview(_pca)
+    count_sketch = _as_preview(_count_sketch)
+    tensor_decomposition = _as_preview(_tensor_decomposition)
+
+
+_FAMILIES = frozenset({"second_moment", "linear_regression", "pca", "count_sketch", "tensor_decomposition"})
 
 
 class DPSession:
@@ -127,6 +200,11 @@ class DPSession:
     pca = _as_method(_pca)
     count_sketch = _as_method(_count_sketch)
     tensor_decomposition = _as_method(_tensor_decomposition)
+
+    @property
+    def preview(self) -> SessionPreview:
+        """Dry runs of this session's releases: cost and predicted accuracy, nothing read or spent (:class:`SessionPreview`)."""
+        return SessionPreview(self)
 
     def stored_release(self, release_id: str, *, config_sha256: str | None = None) -> Release | None:
         """The stored release for ``release_id`` (None if the id was never charged).

@@ -93,9 +93,11 @@ def test_estimate_and_heavy_hitters_commands(spark, tmp_path, data, capsys):
     items.write_text("q0\nq1\nnever-seen\n")
     assert cli_main(["estimate", rdir, "--items", str(items)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "item,estimate" and [ln.split(",")[0] for ln in lines[1:]] == ["q0", "q1", "never-seen"]
+    assert lines[0] == "item,estimate,low,high" and [ln.split(",")[0] for ln in lines[1:]] == ["q0", "q1", "never-seen"]
     direct = estimate(rdir, ["q0", "q1", "never-seen"])
     assert [float(ln.split(",")[1]) for ln in lines[1:]] == direct.tolist()
+    rows = [[float(v) for v in ln.split(",")[1:]] for ln in lines[1:]]  # estimate, low, high (noise interval)
+    assert all(low < est < high for est, low, high in rows) and len({round(h - lo, 9) for _, lo, h in rows}) == 1
     assert cli_main(["heavy-hitters", rdir, "--candidates", data[1], "--top", "3", "--threshold", "0"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 4 and lines[1].startswith("q0,")

@@ -97,6 +97,10 @@ def test_table_in_and_out_through_the_cli(spark, tmp_path, db, capsys):
     for r in rows.itertuples():
         back[int(r.i), int(r.j)] = r.value
     np.testing.assert_array_equal(back, rel["matrix"])
+    low = np.zeros((3, 3))
+    for r in rows.itertuples():
+        low[int(r.i), int(r.j)] = r.low
+    np.testing.assert_array_equal(low, rel.interval("matrix")[0])
 
     # A re-run returns the stored release and does not append it again.
     assert cli_main(["release", str(path)]) == 0
@@ -110,6 +114,22 @@ def test_table_in_and_out_through_the_cli(spark, tmp_path, db, capsys):
     capsys.readouterr()
     counts = {r["release_id"]: r["count"] for r in spark.table(out_table).groupBy("release_id").count().collect()}
     assert counts == {"cov-2026-11-30": 9, "cov-2026-11-29": 9}
+
+
+def test_a_table_from_before_error_bars_gets_the_values_without_them(spark, tmp_path, db):
+    from spark_dp.release.release import Release
+    from spark_dp.release.table import _DDL
+    from spark_dp.release.uncertainty import gaussian_interval
+
+    old = f"{db}.old_releases"
+    spark.createDataFrame([], _DDL.split(", stderr")[0]).write.format("parquet").saveAsTable(old)
+    m = np.eye(2)
+    rel = Release("r-old", {"matrix": m}, {"dataset_id": "d", "task": "second_moment", "mechanism": "analyze_gauss",
+                                           "created_at": "now", "uncertainty": {"level": 0.95, "arrays": {}}},
+                  uncertainty={"matrix": gaussian_interval(m, 1.0, 0.95)})
+    assert write_release_table(spark, rel, old)
+    got = spark.table(old)
+    assert got.columns == list(COLUMNS) and got.count() == 4
 
 
 def test_where_selects_rows(spark, tmp_path, db):

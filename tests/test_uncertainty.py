@@ -147,3 +147,46 @@ def test_the_level_is_validated_and_part_of_the_request(tmp_path):
     assert rel.manifest["uncertainty"]["level"] == 0.9 and load_release(rel.path).confidence == 0.9
     z = normal_quantile(0.9)
     np.testing.assert_allclose(rel.interval("values")[1] - rel["values"], z * rel.stderr("values"))
+
+
+def test_the_report_shows_the_intervals(tmp_path):
+    pytest.importorskip("matplotlib")
+    from spark_dp.report.report import write_report
+
+    rel = run_release(_session(tmp_path), _plan())
+    text = open(write_report(rel.path).path, encoding="utf-8").read()
+    assert "## Uncertainty" in text and "Level **95 %**" in text
+    assert "### values (interval, covers noise)" in text and "### top (bound, covers noise)" in text
+    low, high = rel.interval("values")
+    assert f"| (0, 0) | {rel['values'][0, 0]:.6g} | {low[0, 0]:.6g} | {high[0, 0]:.6g} |" in text
+    old = write_release(Release("old-2", {"m": np.eye(2)}, {"release_id": "old-2", "privacy": {}}), str(tmp_path))
+    assert "carries no error bars" in open(write_report(old).path, encoding="utf-8").read()
+
+
+def test_every_family_releases_its_error_bars(spark, tmp_path):
+    """The wiring, on a tiny frame: each family's release carries the uncertainty its method states."""
+    rng = np.random.default_rng(1)
+    df = spark.createDataFrame([(f"q{int(rng.integers(0, 5))}", *map(float, rng.normal(size=3) / 3))
+                                for _ in range(60)], ["q", "x1", "x2", "x3"])
+    dp = DPSession("fam", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=50.0, delta_limit=1e-3,
+                   output=str(tmp_path / "out"), sampler=Recorder())
+    kw = dict(epsilon=1.0, delta=1e-6)
+    sm = dp.second_moment(df, ["x1", "x2", "x3"], norm_bound=1.0, confidence=0.9, **kw)
+    assert sm.confidence == 0.9 and sm.manifest["request_sha256"]
+    assert "exact" in sm.uncertainty["matrix"].method and sm.interval("matrix")[0].shape == (3, 3)
+    p = dp.pca(df, ["x1", "x2", "x3"], 2, norm_bound=1.0, **kw)
+    assert {u.kind for u in (p.uncertainty["eigenvalues"], p.uncertainty["eigenvectors"])} == {"bound"}
+    assert 0 <= p.manifest["accuracy"]["subspace_sin_theta_bound"] <= 1
+    reg = dp.linear_regression(df, ["x1", "x2"], "x3", norm_bound=1.0, mechanism="adassp", **kw)
+    assert {"xtx", "xty"} <= set(reg.uncertainty) and "lambda" not in reg.uncertainty
+    sk = dp.count_sketch(df, "q", repetitions=3, buckets=16, **kw)
+    assert "sketch" in sk.uncertainty and 0 < sk.manifest["heavy_hitters"]["false_positive_rate"] < 1
+    from spark_dp.sketch import estimate_intervals
+
+    est, low, high = estimate_intervals(load_release(sk.path), ["q0", "q1"])
+    assert np.all(low < est) and np.all(est < high)
+    t = dp.tensor_decomposition(df, ["x1", "x2", "x3"], 1, norm_bound=1.0, restarts=1, iterations=2, mode="reuse",
+                                **kw)
+    assert t.uncertainty["eigenvalues"].kind == "interval" and t.stderr("eigenvalues")[0] == t.privacy["noise_scale"]
+    back = load_release(t.path)
+    np.testing.assert_array_equal(back.interval("eigenvalues")[1], t.interval("eigenvalues")[1])

@@ -7,13 +7,17 @@ every release goes through :class:`~spark_dp.session.DPSession`.
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 
 from spark_dp.cli.config import LARGE_EPSILON, JobConfig
 from spark_dp.privacy.ledger import UnitDeclaration
 from spark_dp.release import Release, write_release_table
 from spark_dp.release.pipeline import unit_of
+from spark_dp.release.preview import Preview, active_dry_run, dry_run
 from spark_dp.session import DPSession
 
 log = logging.getLogger("spark_dp")
@@ -31,17 +35,71 @@ def config_unit(config: JobConfig) -> UnitDeclaration:
 
 
 def session_for(config: JobConfig) -> DPSession:
-    """The DPSession a job config describes (dataset, ledger, budget, output, sampler)."""
-    return DPSession(
+    """The DPSession a job config describes (dataset, ledger, budget, output, sampler).
+
+    Under a dry run (:func:`spark_dp.release.preview.dry_run`) the session
+    writes nothing: a SQLite ledger that does not exist yet is replaced by an
+    empty scratch one (deleted with the session) instead of being created, and
+    the config's lifetime cap is not registered (:func:`preview_job` notes both).
+    """
+    uri, dry = config.ledger.uri, active_dry_run() is not None
+    scratch = None
+    if dry and not _ledger_exists(uri):
+        scratch = tempfile.TemporaryDirectory(prefix="spark-dp-dry-run-")
+        uri = f"sqlite:///{os.path.join(scratch.name, 'ledger.db')}"
+    session = DPSession(
         config.dataset.id,
-        ledger=config.ledger.uri,
+        ledger=uri,
         epsilon_limit=config.ledger.epsilon_limit,
         delta_limit=config.ledger.delta_limit,
         output=config.output.path,
         sampler=config.privacy.sampler,
-        lifetime_limit=None if config.ledger.lifetime_epsilon_limit is None else (
+        lifetime_limit=None if dry or config.ledger.lifetime_epsilon_limit is None else (
             config.ledger.lifetime_epsilon_limit, config.ledger.lifetime_delta_limit),
     )
+    session._dry_run_scratch = scratch  # type: ignore[attr-defined]  # lives (and is deleted) with the session
+    return session
+
+
+def _ledger_exists(uri: str) -> bool:
+    from spark_dp.privacy.ledger import sqlite_path_from_uri
+
+    return uri.startswith(("postgresql://", "postgres://")) or os.path.isfile(sqlite_path_from_uri(uri))
+
+
+def preview_job(config: JobConfig, *, spark=None, n: int | None = None, **extra) -> Preview:
+    """Dry run of :func:`run_job`: the task's own release call under :func:`~spark_dp.release.preview.dry_run`.
+
+    Validates the config, reads only the input's schema (Spark reads a
+    Parquet footer or a table's catalog entry; CSV/JSON schema inference
+    scans the input for column types: give a schema or use Parquet to avoid
+    it), plans the release and checks the ledger without charging. Writes
+    nothing: no ledger file, no release, no table. ``n``: a guess of the row
+    count for the accuracy prediction. Inside an active dry run (a plan's)
+    it joins it, so the plan's entries are checked one after the other.
+    """
+    active = active_dry_run()
+    with nullcontext(active) if active is not None else dry_run(n=n):
+        session = session_for(config)
+        if spark is None and config.spec.needs_spark:
+            spark = get_spark(f"spark-dp {config.task} (dry run)")
+        preview = config.spec.run(session, config, spark, **extra)
+    if not isinstance(preview, Preview):
+        raise RuntimeError(f"bug: task {config.task!r} did not reach the release pipeline in a dry run")
+    notes = []
+    if session._dry_run_scratch is not None:  # type: ignore[attr-defined]
+        notes.append(f"ledger {config.ledger.uri!r} does not exist yet: the release would create it and register "
+                     f"dataset {config.dataset.id!r} with its limit")
+    cap = config.ledger.lifetime_epsilon_limit
+    if cap is not None and session.ledger.lifetime_limit(config.dataset.id) is None:
+        notes.append(f"the lifetime cap (epsilon={cap:g}, delta={config.ledger.lifetime_delta_limit:g}) is not "
+                     "registered yet: the release would register it; not checked here")
+    if config.output.table is not None:
+        notes.append(f"the release would also be published to table {config.output.table!r}")
+    if config.dataset.format in ("csv", "json") and "inferSchema" not in (config.dataset.options or {}):
+        notes.append(f"dataset.format {config.dataset.format}: Spark scanned the input to infer its column types "
+                     "(nothing else was read or released)")
+    return replace(preview, notes=[*preview.notes, *notes])
 
 
 def run_job(config: JobConfig, *, spark=None, **extra) -> Release:

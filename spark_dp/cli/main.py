@@ -1,11 +1,12 @@
 """``spark-dp`` command line.
 
     spark-dp release CONFIG                 run a release job (also: spark-submit jobs/release.py CONFIG)
+    spark-dp release --dry-run [--n N] CONFIG   what it would cost and how accurate it would be (JSON; spends nothing)
     spark-dp ledger --uri URI [--dataset ID] [--set-limit EPS DELTA] [--set-lifetime-limit EPS DELTA]
                     [--record-crash RELEASE_ID REASON] [--charges] [--export PATH.parquet] [--json]
-    spark-dp estimate RELEASE_DIR --items FILE            item,estimate CSV from a count_sketch release
+    spark-dp estimate RELEASE_DIR --items FILE            item,estimate,low,high CSV from a count_sketch release
     spark-dp heavy-hitters RELEASE_DIR [--candidates PATH] [--top N] [--threshold T]
-    spark-dp plan run PLAN --date YYYY-MM-DD [--entry NAME ...]   run what a release plan has due that day
+    spark-dp plan run PLAN --date YYYY-MM-DD [--entry NAME ...] [--dry-run]   run (or preview) what a plan has due
     spark-dp plan status PLAN [--date YYYY-MM-DD] [--json]        spent/left per budget period, lifetime caps
     spark-dp report RELEASE_DIR [--out FILE]                      Markdown/HTML report with plots
     spark-dp audit --ledger URI OUTPUT_ROOT [--json]              releases vs ledger charges (exit 1 on problems)
@@ -40,6 +41,16 @@ def _cmd_release(args: argparse.Namespace) -> int:
     from spark_dp.privacy import open_ledger
 
     config = load_config(args.config)  # validated before Spark starts
+    if args.dry_run:
+        from spark_dp.cli.job import preview_job
+
+        preview = preview_job(config, n=args.n)  # nothing read but the schema, nothing charged or written
+        print(json.dumps(preview.to_dict(), indent=2))
+        if preview.would_refuse:
+            print(f"spark-dp: dry run: the release would be refused: {preview.reason}", file=sys.stderr)
+        return 0
+    if args.n is not None:
+        raise SparkDPError("--n applies to --dry-run only.")
     release = run_job(config)  # the job path, then output.table if set
     status = open_ledger(config.ledger.uri).status(config.dataset.id)
     summary = {
@@ -147,17 +158,26 @@ def _add_sketch_commands(sub) -> None:
             out.writerow(["" if item is None else item, repr(float(est))])
 
     def _estimate(args: argparse.Namespace) -> int:
+        import csv
         import os
 
-        from spark_dp.sketch.estimate import SketchView, coerce_items, estimate
+        from spark_dp.release import load_release
+        from spark_dp.sketch.estimate import SketchView, coerce_items
+        from spark_dp.sketch.uncertainty import estimate_intervals
 
-        view = SketchView.of(args.release_dir)
+        release = load_release(args.release_dir)
+        view = SketchView.of(release)
         if not os.path.isfile(args.items):
             raise SparkDPError(f"Items file {args.items!r} does not exist.")
         with open(args.items, encoding="utf-8") as fh:
             lines = [ln.rstrip("\n") for ln in fh if ln.rstrip("\n") != ""]
         items = coerce_items(lines, view.kind, parse=True)
-        _write_csv(zip(items, estimate(view, items), strict=True))
+        # low/high: the interval of the noise part of each estimate, at the release's level (sketch/uncertainty.py)
+        est, low, high = estimate_intervals(release, items)
+        out = csv.writer(sys.stdout, lineterminator="\n")
+        out.writerow(["item", "estimate", "low", "high"])
+        for row in zip(items, est, low, high, strict=True):
+            out.writerow(["" if row[0] is None else row[0], *(repr(float(v)) for v in row[1:])])
         return 0
 
     def _heavy_hitters(args: argparse.Namespace) -> int:
@@ -222,7 +242,8 @@ def _add_sketch_commands(sub) -> None:
         _write_csv(heavy_hitters(view, cands, col, top=top, threshold=args.threshold))
         return 0
 
-    p = sub.add_parser("estimate", help="frequency estimates from a count_sketch release (item,estimate CSV)")
+    p = sub.add_parser("estimate", help="frequency estimates with their noise intervals from a count_sketch "
+                                         "release (item,estimate,low,high CSV)")
     p.add_argument("release_dir", help="the release directory")
     p.add_argument("--items", required=True, help="file with one item a line")
     p.set_defaults(func=_estimate)
@@ -253,8 +274,15 @@ def _add_plan_commands(sub) -> None:
         from spark_dp.plans.plan import parse_date
 
         plan = load_plan(args.plan)
-        results = run_plan(plan, parse_date(args.date), entries=args.entry)
-        print(json.dumps({"plan": plan.name, "date": args.date, "entries": [asdict(r) for r in results]}, indent=2))
+        results = run_plan(plan, parse_date(args.date), entries=args.entry, dry_run=args.dry_run)
+        out = {"plan": plan.name, "date": args.date, **({"dry_run": True} if args.dry_run else {}),
+               "entries": [{k: v for k, v in asdict(r).items() if k != "preview" or args.dry_run} for r in results]}
+        print(json.dumps(out, indent=2))
+        if args.dry_run:  # refusals are what a dry run is for: reported above, not an error
+            for r in results:
+                if r.status == "would_refuse":
+                    print(f"spark-dp: dry run: entry {r.entry!r} would be refused: {r.message}", file=sys.stderr)
+            return 1 if any(r.status == "failed" for r in results) else 0
         bad = [r for r in results if r.status in ("refused", "failed")]
         for r in bad:
             print(f"spark-dp: {r.status}: entry {r.entry!r}: {r.message}", file=sys.stderr)
@@ -295,6 +323,9 @@ def _add_plan_commands(sub) -> None:
     q.add_argument("plan", help="the plan's YAML file")
     q.add_argument("--date", required=True, help="the data date, YYYY-MM-DD")
     q.add_argument("--entry", action="append", help="only this entry (repeatable)")
+    q.add_argument("--dry-run", action="store_true",
+                   help="print what each due entry would cost (checked after the earlier entries' charges) and how "
+                        "accurate it would be; reads only the inputs' schemas, charges and writes nothing")
     q.set_defaults(func=_run)
     q = psub.add_parser("status", help="spent and left per budget period; lifetime caps: spent and periods left")
     q.add_argument("plan", help="the plan's YAML file")
@@ -353,6 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("release", help="run a release job from a YAML config")
     p.add_argument("config", help="path to the job's YAML config")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what the release would cost and how accurate it would be (JSON), reading only the "
+                        "input's schema; nothing is charged or written")
+    p.add_argument("--n", type=int, default=None,
+                   help="with --dry-run: your guess of the number of rows, for the accuracy prediction")
     p.set_defaults(func=_cmd_release)
     p = sub.add_parser("ledger", help="show what a dataset has spent and has left")
     p.add_argument("--uri", required=True, help="ledger URI, e.g. sqlite:///releases/ledger.db")

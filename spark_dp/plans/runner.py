@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from datetime import date, timedelta
 
@@ -28,7 +29,10 @@ class EntryResult:
     ``status``: ``released`` (new release), ``stored`` (the release existed:
     returned, nothing charged), ``not_due``, ``refused`` (the period's budget
     is exhausted; nothing charged or written) or ``failed`` (another error;
-    ``message`` says which).
+    ``message`` says which). A dry run (``run_plan(..., dry_run=True)``) says
+    ``would_release``, ``stored``, ``would_refuse`` or ``would_merge`` instead,
+    with the entry's :class:`~spark_dp.release.preview.Preview` as a dict in
+    ``preview``.
     """
 
     entry: str
@@ -39,6 +43,7 @@ class EntryResult:
     epsilon: float | None = None
     delta: float | None = None
     message: str | None = None
+    preview: dict | None = None
 
 
 def run_config(config, *, spark=None, seeds: Release | None = None) -> Release:
@@ -141,7 +146,18 @@ def run_merge(plan: Plan, entry: PlanEntry, d: date) -> Release:
     return merged
 
 
-def run_plan(plan: Plan, d: date, *, spark=None, entries: list[str] | None = None) -> list[EntryResult]:
+def _preview_result(entry: PlanEntry, config, *, spark, seeds: Release | None) -> EntryResult:
+    """A dry run of one release entry (:func:`spark_dp.cli.job.preview_job`, joining the plan's dry run)."""
+    from spark_dp.cli.job import preview_job
+
+    p = preview_job(config, spark=spark, **({"seeds": seeds} if seeds is not None else {}))
+    status = "would_refuse" if p.would_refuse else ("stored" if p.stored else "would_release")
+    return EntryResult(entry.name, status, p.release_id, None, config.dataset.id, p.cost["epsilon"],
+                       p.cost["delta"], p.reason, preview=p.to_dict())
+
+
+def run_plan(plan: Plan, d: date, *, spark=None, entries: list[str] | None = None,
+             dry_run: bool = False) -> list[EntryResult]:
     """Runs the entries of ``plan`` due on data date ``d`` (release entries first, then merges).
 
     Every due entry's config is built and validated before anything runs,
@@ -153,21 +169,42 @@ def run_plan(plan: Plan, d: date, *, spark=None, entries: list[str] | None = Non
         d: the data date.
         spark: the session (default: obtained when a release needs it).
         entries: only these entries (default: all).
+        dry_run: preview every due entry instead (:mod:`spark_dp.release.preview`):
+            what it would cost — each entry checked after the earlier ones'
+            charges — and how accurate it would be; nothing is read but the
+            inputs' schemas, nothing is charged or written (merges included).
     """
+    from spark_dp.release.preview import dry_run as dry_run_context
+
     chosen = [plan.entry(n) for n in entries] if entries else list(plan.entries)
     due = [e for e in chosen if e.is_due(d)]
     configs = {e.name: plan.job_config(e, d) for e in due if e.kind == "release"}
     results = [EntryResult(e.name, "not_due") for e in chosen if not e.is_due(d)]
     ordered = [e for e in due if e.kind == "release"] + [e for e in due if e.kind == "merge"]
+    with dry_run_context() if dry_run else nullcontext():
+        results += _run_entries(plan, d, ordered, configs, spark=spark, dry=dry_run)
+    order = {e.name: i for i, e in enumerate(chosen)}
+    return sorted(results, key=lambda r: order[r.entry])
+
+
+def _run_entries(plan: Plan, d: date, ordered: list[PlanEntry], configs: dict, *, spark, dry: bool) -> list[EntryResult]:
+    results: list[EntryResult] = []
     for i, e in enumerate(ordered, 1):
         log.info("plan %s, %s: entry %d/%d %r (%s)", plan.name, d.isoformat(), i, len(ordered), e.name, e.kind)
         try:
             if e.kind == "merge":
+                if dry:  # post-processing of the period's stored sketches: charges nothing
+                    results.append(EntryResult(e.name, "would_merge", e.release_id(plan.name, d), epsilon=0.0,
+                                               delta=0.0, message="sums stored releases: nothing charged"))
+                    continue
                 rel = run_merge(plan, e, d)
                 results.append(_result(e, rel, None))
                 continue
             config = configs[e.name]
             anchor = _seed_anchor(plan, e, d)
+            if dry:
+                results.append(_preview_result(e, config, spark=spark, seeds=anchor))
+                continue
             rel = run_config(config, spark=spark, seeds=anchor)
             results.append(_result(e, rel, config.dataset.id))
         except BudgetExceededError as exc:
@@ -176,8 +213,7 @@ def run_plan(plan: Plan, d: date, *, spark=None, entries: list[str] | None = Non
         except (ConfigError, ReleaseConflictError, SparkDPError) as exc:
             results.append(EntryResult(e.name, "failed", e.release_id(plan.name, d), message=str(exc)))
         log.info("plan %s, %s: entry %r %s", plan.name, d.isoformat(), e.name, results[-1].status)
-    order = {e.name: i for i, e in enumerate(chosen)}
-    return sorted(results, key=lambda r: order[r.entry])
+    return results
 
 
 @dataclass(frozen=True)

@@ -180,7 +180,17 @@ def unit_of(privacy: Mapping[str, Any]) -> UnitDeclaration:
 
 
 def run_release(session: DPSession, plan: ReleasePlan) -> Release:
-    """Runs ``plan`` in ``session`` (dataset, ledger, sampler, output): the one release path (module doc)."""
+    """Runs ``plan`` in ``session`` (dataset, ledger, sampler, output): the one release path (module doc).
+
+    Under a dry run (:func:`spark_dp.release.preview.dry_run`, e.g.
+    ``DPSession.preview``) it stops here and returns a
+    :class:`~spark_dp.release.preview.Preview` of the plan: nothing computed,
+    charged or written.
+    """
+    from spark_dp.release.preview import active_dry_run, preview_release
+
+    if (dry := active_dry_run()) is not None:
+        return preview_release(session, plan, dry)  # type: ignore[return-value]
     if plan.mode != "private":
         return _run_not_private(session, plan)
     rid = new_release_id(plan.task) if plan.release_id is None else check_release_id(plan.release_id, owner=plan.task)

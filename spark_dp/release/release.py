@@ -76,7 +76,7 @@ class Release:
     manifest: dict[str, Any]
     path: str | None = None
     reused: bool = field(default=False, compare=False)
-    uncertainty: dict[str, Uncertainty] = field(default_factory=dict)
+    uncertainty: dict[str, Uncertainty] = field(default_factory=dict, compare=False)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]

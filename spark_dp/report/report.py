@@ -18,6 +18,12 @@ Everything here is post-processing of the released payload and its manifest
   the noise-only standard deviation of a median-of-k estimate,
   √(π/2)·σ/√k (the asymptotic sd of a median of k Gaussians; Count-Min and
   Count-Mean: σ of one counter, scale b for Laplace).
+
+Every release with error bars (manifest ``uncertainty``) gets an
+"Uncertainty" section: the level, and per array its method, kind (interval
+or bound) and what it covers, with the first entries' value, low, high and
+stderr; PCA adds its subspace-angle bound. Plots use the released intervals
+where there are some (regression coefficients, tensor eigenvalues).
 """
 
 from __future__ import annotations
@@ -121,9 +127,26 @@ def _coefficient_sd(release: Release) -> np.ndarray | None:
     return sigma * math.sqrt(1 + float(beta @ beta)) * np.sqrt(np.diag(Minv @ Minv))
 
 
+def _errorbars(release: Release, name: str) -> np.ndarray | None:
+    """(2, n) distances below/above each value for matplotlib's yerr, from the released interval (or None)."""
+    if name not in release.uncertainty:
+        return None
+    v = np.asarray(release[name], dtype=np.float64).reshape(-1)
+    low, high = (np.asarray(a).reshape(-1) for a in release.interval(name))
+    return np.vstack([np.maximum(v - low, 0.0), np.maximum(high - v, 0.0)])
+
+
 def _coefficients(release: Release, ax, sections: list[str]) -> None:
     beta = np.asarray(release["coefficients"])
     names = release.manifest.get("columns") or [f"x{i}" for i in range(beta.size)]
+    released = _errorbars(release, "coefficients")
+    if released is not None:
+        ax.bar(range(beta.size), beta, yerr=released, capsize=4, color="C0")
+        ax.set_xticks(range(beta.size), names, rotation=45, ha="right")
+        ax.axhline(0, color="k", lw=0.5)
+        ax.set_title(f"Coefficients with their released {_level(release)} intervals")
+        sections.append("Coefficients: see the Uncertainty section for their intervals.")
+        return
     sd = _coefficient_sd(release)
     ax.bar(range(beta.size), beta, yerr=None if sd is None else 2 * sd, capsize=4, color="C0")
     ax.set_xticks(range(beta.size), names, rotation=45, ha="right")
@@ -223,8 +246,9 @@ def _plots(release: Release, stem: str) -> tuple[list[str], list[str]]:
     if task == "tensor_decomposition":
         fig, axes = plt.subplots(1, 2, figsize=(11, 3.5), gridspec_kw={"width_ratios": [1, 2]})
         vals = np.asarray(release["eigenvalues"]).reshape(-1)
-        axes[0].bar(range(1, vals.size + 1), vals, color="C0")
-        axes[0].set_title("Tensor eigenvalues")
+        yerr = _errorbars(release, "eigenvalues")
+        axes[0].bar(range(1, vals.size + 1), vals, yerr=yerr, capsize=4, color="C0")
+        axes[0].set_title("Tensor eigenvalues" + ("" if yerr is None else f" ({_level(release)} error bars)"))
         _components(release, axes[1], sections, "Tensor components (rows)")
         save(fig, "tensor")
     if task == "count_sketch":
@@ -234,6 +258,44 @@ def _plots(release: Release, stem: str) -> tuple[list[str], list[str]]:
     if not pngs:
         sections.append(f"(No plot for task {task!r}.)")
     return pngs, sections
+
+
+def _level(release: Release) -> str:
+    level = release.confidence
+    return "" if level is None else f"{100 * level:g} %"
+
+
+def uncertainty_section(release: Release, *, entries: int = 8) -> list[str]:
+    """Markdown lines: the release's error bars (level, method per array, the first ``entries`` entries)."""
+    if not release.uncertainty:
+        return ["", "## Uncertainty", "", "This release carries no error bars (made before them, or by a "
+                "mechanism without a stated method)."]
+    lines = ["", "## Uncertainty", "", f"Level **{_level(release)}**. An *interval* claims that coverage of "
+             "the true (noise-free) value; a *bound* holds with at least that probability (conservative). "
+             "Every one is post-processing of the released values and public parameters (no privacy cost).", ""]
+    for name, u in sorted(release.uncertainty.items()):
+        v = np.asarray(release[name], dtype=np.float64)
+        lines += [f"### {name} ({u.kind}, covers {u.covers})", "", u.method, "",
+                  "| entry | value | low | high | stderr |", "|---|---|---|---|---|"]
+        idx = list(np.ndindex(v.shape))
+        for ix in idx[:entries]:
+            se = "" if u.stderr is None else _fmt(float(u.stderr[ix]))
+            lines.append(f"| {ix if len(ix) != 1 else ix[0]} | {_fmt(float(v[ix]))} | {_fmt(float(u.low[ix]))} | "
+                         f"{_fmt(float(u.high[ix]))} | {se} |")
+        if len(idx) > entries:
+            half = np.median((u.high - u.low).reshape(-1)) / 2.0
+            lines.append(f"| … ({len(idx) - entries} more) | | | | median half-width {_fmt(float(half))} |")
+        lines.append("")
+    accuracy = release.manifest.get("accuracy")
+    if accuracy:
+        lines += ["### Further bounds", "", "| | |", "|---|---|"]
+        lines += [f"| {k} | {_fmt(x)} |" for k, x in accuracy.items()]
+        lines.append("")
+    hh = release.manifest.get("heavy_hitters") or {}
+    if "false_positive_rate" in hh:
+        lines += [f"Heavy-hitter threshold {_fmt(float(hh['threshold']))}: false-positive rate "
+                  f"{_fmt(float(hh['false_positive_rate']))} ({hh.get('false_positive_rate_meaning', '')}).", ""]
+    return lines
 
 
 def _fmt(v) -> str:
@@ -282,6 +344,7 @@ def write_report(release: Release | str, *, out: str | None = None) -> Report:
         head += ["", warning]
     body = ["", "## Payload", "", "| array | shape |", "|---|---|"]
     body += [f"| {n} | {tuple(np.shape(a))} |" for n, a in sorted(rel.arrays.items())]
+    body += uncertainty_section(rel)
     body += ["", "## Plots", ""]
     for s in sections:
         body += [s, ""]

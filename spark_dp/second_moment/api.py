@@ -55,6 +55,7 @@ from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the
 from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.regression import regression_coefficients, solve_normal_equations
+from spark_dp.second_moment.uncertainty import adassp_uncertainty, matrix_uncertainty, pca_uncertainty
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -305,8 +306,14 @@ def _data_matrix(vec: _Vector, matrix: np.ndarray, norm_bound: float, *, keep_co
 
 def _data_matrix_uncertainty(vec: _Vector, plan: MechanismPlan, matrix: np.ndarray, norm_bound: float,
                              postprocess: str, level: float, *, keep_constant: bool = False) -> dict[str, Uncertainty]:
-    """``{"matrix": …}``: Analyze Gauss's noise mapped to the data's units (T·N·Tᵀ, entry sd exact); else {}."""
-    if not vec.scaled or plan.mechanism != "analyze_gauss" or postprocess != "none" or vec.size > 64:
+    """``{"matrix": …}``: the mechanism's intervals (:mod:`.uncertainty`) for a release in the noise's units;
+    with a constant column or bounds, Analyze Gauss's noise mapped to the data's units (T·N·Tᵀ, entry sd
+    exact); else {}.
+    """
+    if not vec.scaled:
+        u = matrix_uncertainty(plan.mechanism, plan.privacy, plan.params, matrix, norm_bound, level)
+        return {} if u is None else {"matrix": u}
+    if plan.mechanism != "analyze_gauss" or postprocess != "none" or vec.size > 64:
         return {}
     sd = vec.scaling(norm_bound).noise_sd(float(plan.privacy["noise_sigma"]))
     k = vec.constant_at
@@ -577,8 +584,11 @@ def linear_regression(
                 joint = np.block([[xtx, xty[:, None]], [xty[None, :], np.zeros((1, 1))]])
                 data = _data_matrix(vec, joint, norm_bound, keep_constant=True)
                 xtx, xty, beta = data[:-1, :-1], data[:-1, -1], scaling.coefficients(beta, label_at)
-            return Noised({**split(beta), "xtx": xtx, "xty": xty, **arrays},
-                          {"solution": {**info, "adaptive_ridge": lam}})
+            out = {**split(beta), "xtx": xtx, "xty": xty, **arrays}
+            # AdaSSP's intervals are in the noise's units: only for a release that is not mapped back.
+            noise_units = {} if vec.scaled else adassp_uncertainty(out, plan.privacy["noise_scale"],
+                                                                   confidence_of(request))
+            return Noised(out, {"solution": {**info, "adaptive_ridge": lam}}, uncertainty=noise_units)
         uncertainty: dict[str, Uncertainty] = {}
         if fit_intercept or not vec.scaled:
             beta, info = regression_coefficients(result, ridge=ridge)
@@ -664,8 +674,14 @@ def pca(
     def finish(matrix, norm_bound: float, plan: MechanismPlan) -> Noised:
         matrix = _data_matrix(vec, matrix, norm_bound)
         vals, vecs = principal_components(matrix, k)
-        return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix}, uncertainty=(
-            _data_matrix_uncertainty(vec, plan, matrix, norm_bound, postprocess, confidence_of(request))))
+        level = confidence_of(request)
+        uncertainty = _data_matrix_uncertainty(vec, plan, matrix, norm_bound, postprocess, level)
+        manifest = {}
+        if not vec.scaled:  # the eigen bounds are for the noise's units (Weyl / Davis–Kahan on N)
+            bounds, manifest["accuracy"] = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, matrix, vals,
+                                                           vecs, norm_bound, level)
+            uncertainty = {**uncertainty, **bounds}
+        return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix}, manifest, uncertainty=uncertainty)
 
     return _release(session, df, vec, task="pca", plan_for=plan_for, request=request, finish=finish,
                     release_id=release_id, nonfinite=nonfinite, dimension=dimension,

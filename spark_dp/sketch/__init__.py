@@ -2,7 +2,8 @@
 
 Mechanisms: :func:`private_count_sketch`, :func:`private_count_min`,
 :func:`count_mean_sketch`, :func:`gaussian_histogram`; estimates and heavy
-hitters from released tables; merging sketches with equal seeds.
+hitters from released tables, each estimate's noise interval
+(:func:`estimate_intervals`); merging sketches with equal seeds.
 The notebook entry point is :func:`spark_dp.sketch.api.count_sketch`
 (``DPSession.count_sketch``).
 """
@@ -28,6 +29,7 @@ from spark_dp.sketch.estimate import (
 from spark_dp.sketch.hashing import buckets_and_signs, spark_xxhash64
 from spark_dp.sketch.mechanisms import DEFAULT_ESTIMATOR, MECHANISMS, plan_sketch, release_table, sketch_sensitivity
 from spark_dp.sketch.merge import merge_sketches
+from spark_dp.sketch.uncertainty import estimate_intervals
 
 __all__ = [
     "DEFAULT_ESTIMATOR",
@@ -39,6 +41,7 @@ __all__ = [
     "count_mean_sketch",
     "estimate",
     "estimate_df",
+    "estimate_intervals",
     "gaussian_histogram",
     "heavy_hitters",
     "merge_sketches",

@@ -14,7 +14,7 @@ from spark_dp import params as P
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Chokepoint
 from spark_dp.release import Release
-from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_request, run_release
+from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, confidence_request, run_release
 from spark_dp.sketch.constraints import (  # noqa: F401 - re-exported
     NULL_ITEMS,
     UNIT_CLIPPING,
@@ -26,6 +26,7 @@ from spark_dp.sketch.constraints import PARAMS as SKETCH_PARAMS
 from spark_dp.sketch.estimate import seeds_to_payload
 from spark_dp.sketch.hashing import MASK, SIGN_SALT, to_signed
 from spark_dp.sketch.mechanisms import REGISTRY, accepting, plan_sketch, release_table
+from spark_dp.sketch.uncertainty import counter_uncertainty, false_positive_rate
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -496,6 +497,19 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
 
     hh_info: dict[str, Any] = {"top": top, "threshold": threshold,
                                "threshold_rule": "3 sigma" if threshold_given is None else "given"}
+    level = confidence_of(request)
+    estimator = spec.estimator
+    if threshold is not None:  # the threshold's false-positive rate from the noise alone (sketch/uncertainty.py)
+        hh_info["false_positive_rate"] = false_positive_rate(estimator, plan.noise, plan.scale, k, threshold, b)
+        hh_info["false_positive_rate_meaning"] = (
+            f"probability that an item of true frequency 0 (no hash collisions) has a {estimator} estimate >= "
+            "threshold from the privacy noise alone")
+
+    def with_uncertainty(arrays: dict, manifest: dict | None = None) -> Noised:
+        unc = {name: counter_uncertainty(arrays[name], plan.noise, plan.scale, level)
+               for name in ("sketch", "dyadic_sketch", "histogram") if name in arrays}
+        return Noised(arrays, manifest or {}, uncertainty=unc)
+
     if hashed:
         hh_info["items_are"] = ("hashed ids xxhash64(domain_hash.seed, item) & (2^levels - 1); map public "
                                 "candidates through the hash to name them (spark-dp heavy-hitters --candidates)")
@@ -503,7 +517,8 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
     def noise(exact: tuple[np.ndarray, _HashSeeds], cp: Chokepoint) -> Noised:
         table, hs = exact
         out = noised(table, cp, hs.seeds, hs.level_seeds, hs.hash_seed)
-        return Noised(out.arrays, {"sketch": sketch_info(hs.seeds, hs.hash_seed), **out.manifest})
+        return Noised(out.arrays, {"sketch": sketch_info(hs.seeds, hs.hash_seed), **out.manifest},
+                      uncertainty=out.uncertainty)
 
     def noised(table: np.ndarray, cp: Chokepoint, seeds: list[int], level_seeds: list[list[int]] | None,
                hash_seed: int | None) -> Noised:
@@ -519,7 +534,8 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
             if hash_seed is not None:
                 arrays["hash_seed"] = seeds_to_payload([hash_seed])
             found = dyadic_heavy_hitters(stack, level_seeds, top=top, threshold=threshold)
-            return Noised(arrays, {"heavy_hitters": {**hh_info, "items": [{"item": x, "estimate": v} for x, v in found]}})
+            return with_uncertainty(arrays, {"heavy_hitters": {**hh_info, "items": [
+                {"item": x, "estimate": v} for x, v in found]}})
         noisy = release_table(plan, table, cp)
         arrays = {"sketch": noisy, "seeds": seeds_to_payload(seeds)} if spec.hashed else {"histogram": noisy}
         if candidates is not None:
@@ -528,8 +544,9 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
 
             view = SketchView(mechanism, kind, arrays.get("sketch", noisy), seeds, domain, threshold, top)
             found = heavy_hitters(view, candidates, candidate_column, top=top, threshold=threshold)
-            return Noised(arrays, {"heavy_hitters": {**hh_info, "items": [{"item": x, "estimate": v} for x, v in found]}})
-        return Noised(arrays)
+            return with_uncertainty(arrays, {"heavy_hitters": {**hh_info, "items": [
+                {"item": x, "estimate": v} for x, v in found]}})
+        return with_uncertainty(arrays)
 
     privacy = {
         "epsilon": plan.budget.epsilon, "delta": plan.budget.delta, "neighbors": neighbors,

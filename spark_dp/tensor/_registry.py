@@ -55,12 +55,17 @@ class OnInput:
         privacy: ``privacy(plan, request) -> dict``: the manifest's
             mechanism-specific privacy fields (sensitivity, noise family and
             scale, …); private only.
+        uncertainty: ``uncertainty(decomposition, request, plan, level) ->
+            {array: Uncertainty}``: the released arrays' error bars
+            (post-processing of the release and public parameters); None:
+            the mechanism states none.
     """
 
     plan: Callable[[TensorRequest], Any] | None
     run: Callable[..., Any]
     run_whitened: Callable[..., Any] | None = None
     privacy: Callable[[Any, TensorRequest], dict] | None = None
+    uncertainty: Callable[..., dict] | None = None
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from spark_dp import params as P
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Budget, Chokepoint, compose_epsilon
 from spark_dp.release import Release
-from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_request, run_release
+from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, confidence_request, run_release
 from spark_dp.tensor.mechanisms import (  # noqa: F401 - the name tuples are re-exported
     EXPLICIT_ONLY,
     PRIVATE,
@@ -246,8 +246,8 @@ def _explicit_plan(
                             lambda: on.run(T, req, None, None, rng), config_sha256)
     plan = on.plan(req)
 
-    def noise(T_: np.ndarray, cp: Chokepoint) -> dict[str, np.ndarray]:
-        return _payload(on.run(T_, req, plan, cp, rng))
+    def noise(T_: np.ndarray, cp: Chokepoint) -> Noised:
+        return _noised(on, on.run(T_, req, plan, cp, rng), req, plan, request)
 
     return _private_plan(session, plan, release_id, request, extra, mechanism, lambda: T, noise,
                          on.privacy(plan, req), neighbors, epsilon, delta, config_sha256)
@@ -318,14 +318,15 @@ def _rows_plan(
                 source.release(frame)
         return _public_plan(session, release_id, request, extra, mechanism, run, config_sha256)
 
-    def noise(frame: DataFrame, cp: Chokepoint) -> dict[str, np.ndarray]:
+    def noise(frame: DataFrame, cp: Chokepoint) -> Noised:
         # The passes are adaptive (each depends on the previous noisy output), so
         # the Spark work runs here, after the charge; a crash mid-way costs budget
         # but releases nothing.
         try:
-            return _payload(on.run(moments_of(frame), d, req, plan, cp, rng))
+            dec = on.run(moments_of(frame), d, req, plan, cp, rng)
         finally:
             source.release(frame)
+        return _noised(on, dec, req, plan, request)
 
     privacy = {**on.privacy(plan, req), "norm_bound": norm_bound, "privacy_unit": privacy_unit or "row",
                "max_rows_per_unit": max_rows_per_unit}
@@ -434,9 +435,20 @@ def _private_plan(session, plan, release_id, request, extra, mechanism, compute,
     return ReleasePlan(
         task="tensor_decomposition", mechanism=mechanism, release_id=release_id, request=request,
         events=tuple(plan.events), budget=Budget(epsilon, delta), compute=compute,
-        noise=lambda exact, cp: Noised(noise(exact, cp)), privacy=privacy, manifest=extra,
+        noise=lambda exact, cp: _as_noised(noise(exact, cp)), privacy=privacy, manifest=extra,
         config_sha256=config_sha256,
     )
+
+
+def _noised(on, dec: TensorDecomposition, req, plan, request) -> Noised:
+    """The payload of a decomposition with the error bars its mechanism states (registry ``uncertainty``)."""
+    unc = {} if on.uncertainty is None else on.uncertainty(dec, req, plan, confidence_of(request))
+    return Noised(_payload(dec), uncertainty=unc)
+
+
+def _as_noised(out) -> Noised:
+    """A noise step's result as a Noised (steps with error bars return one, the others their arrays)."""
+    return out if isinstance(out, Noised) else Noised(out)
 
 
 def _check_nonprivate_opt_in(session: DPSession, mechanism: str, private: bool | None) -> None:

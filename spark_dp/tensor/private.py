@@ -48,6 +48,7 @@ import numpy as np
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Chokepoint, GaussianEvent, NoiseSampler, gaussian_noise_multiplier
 from spark_dp.privacy.calibration import paper_classic_gaussian_noise_multiplier
+from spark_dp.release.uncertainty import Uncertainty
 from spark_dp.tensor._registry import OnInput, TensorMechanismSpec, TensorRequest
 from spark_dp.tensor.power_method import (
     TensorDecomposition,
@@ -413,6 +414,36 @@ def private_online_power_method(
     )
 
 
+# -- error bars of the released eigenvalues (post-processing, no privacy cost) --------------
+def eigenvalue_uncertainty(eigenvalues: np.ndarray, sigmas: np.ndarray, *, restarts: int, level: float,
+                           source: str) -> Uncertainty:
+    """Intervals of Alg. 3's released eigenvalues from the σ each was actually released with.
+
+    Each released λ̂ᵢ is the deflated tensor's value at the released vector,
+    (T − Σⱼ<ᵢ λ̂ⱼv̂ⱼ^⊗3)(v̂ᵢ, v̂ᵢ, v̂ᵢ), plus N(0, σᵢ²) (Alg. 3 step 10) — the
+    value of the *winning* candidate among L = ``restarts`` (step 10's
+    argmax). Bonferroni over the L candidates: z at two-sided level 1 − (1 −
+    level)/L covers every candidate's noise at once with probability ≥ level,
+    hence the winner's; exact (``interval``) for L = 1, a ``bound`` above.
+    The truth covered is that deflated value at the released vector (noise
+    only: not the power method's convergence error).
+    """
+    from spark_dp.release.uncertainty import normal_quantile
+
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    sd = np.asarray(sigmas, dtype=np.float64)
+    z = normal_quantile(1.0 - (1.0 - level) / restarts)
+    return Uncertainty(lam - z * sd, lam + z * sd, sd, (
+        f"eigenvalue +/- z*sigma_i with sigma_i {source}; z Bonferroni-adjusted over the {restarts} candidates "
+        "of step 10's argmax (covers the deflated tensor's value at the released vector, noise only)"),
+        kind="interval" if restarts == 1 else "bound")
+
+
+def tensor_entry_sigmas(eigenvectors: np.ndarray, *, nu: float, entry_scale: float) -> np.ndarray:
+    """σᵢ = ν·c·‖v̂ᵢ‖∞³ of each released eigenvalue (Alg. 3 step 10 on an explicit tensor)."""
+    return nu * entry_scale * np.max(np.abs(np.asarray(eigenvectors, dtype=np.float64)), axis=1) ** 3
+
+
 # -- the registry entry (spark_dp.tensor.mechanisms.REGISTRY): Alg. 3 on explicit tensors and on rows ----------
 # (whiten imports this module: its functions are imported where used)
 def _explicit_privacy(plan: PrivatePlan, req: TensorRequest) -> dict:
@@ -463,6 +494,10 @@ PRIVATE_POWER_METHOD = TensorMechanismSpec(
         run=lambda T, req, plan, cp, rng: private_tensor_power_method(
             T, req.k, L=req.L, R=req.R, nu=plan.nu, chokepoint=cp, rng=rng, entry_scale=req.entry_scale),
         privacy=_explicit_privacy,
+        uncertainty=lambda dec, req, plan, level: {"eigenvalues": eigenvalue_uncertainty(
+            dec.eigenvalues, tensor_entry_sigmas(dec.eigenvectors, nu=plan.nu, entry_scale=req.entry_scale),
+            restarts=req.L, level=level,
+            source="= nu*c*||v_i||_inf^3, the sigma it was released with (nu from the manifest)")},
     ),
     rows=OnInput(
         plan=_rows_events,
@@ -471,5 +506,9 @@ PRIVATE_POWER_METHOD = TensorMechanismSpec(
             rows_per_round=req.rows_per_round),
         run_whitened=_run_rows_whitened,
         privacy=_rows_privacy,
+        uncertainty=lambda dec, req, plan, level: {} if req.whiten else {"eigenvalues": eigenvalue_uncertainty(
+            dec.eigenvalues, np.full(req.k, plan.sigma / (req.rows_per_round or 1)), restarts=req.L, level=level,
+            source="= the eigenvalue pass's sigma" + (" / rows_per_round" if req.rows_per_round else "")
+            + " (noise_scale in the manifest); the truth is the sum over that pass's rows")},
     ),
 )

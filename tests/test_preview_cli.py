@@ -1,0 +1,107 @@
+"""``spark-dp release --dry-run`` and ``spark-dp plan run --dry-run``: JSON on stdout, exit 0, nothing written.
+
+Each dry run is followed by the real run, whose manifest and ledger must say
+what the dry run predicted (σ, events, budget after, refusals).
+"""
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from spark_dp.cli.main import main as cli_main
+from spark_dp.privacy import open_ledger
+from spark_dp.release import load_release
+from tests._jobs import override, write_config
+from tests.test_plans import WEEK, _cov_entry, _write_plan, events_table  # noqa: F401 - the fixture
+
+
+def _config(tmp_path, **over):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 3)) * 0.4
+    pq.write_table(pa.table({"x1": X[:, 0], "x2": X[:, 1], "y": X[:, 2]}), tmp_path / "data.parquet")
+    cfg = {
+        "release_id": "dry-001",
+        "dataset": {"id": "t.points", "path": str(tmp_path / "data.parquet"), "format": "parquet",
+                    "columns": ["x1", "x2"], "label": "y"},
+        "task": "linear_regression",
+        "mechanism": "analyze_gauss",
+        "privacy": {"epsilon": 1.0, "delta": 1e-6, "norm_bound": 2.0, "neighbors": "replace", "sampler": "numpy"},
+        "params": {},
+        "ledger": {"uri": f"sqlite:///{tmp_path}/ledger.db", "epsilon_limit": 3.0, "delta_limit": 1e-5},
+        "output": {"path": str(tmp_path / "releases")},
+    }
+    return override(cfg, over)
+
+
+def _listing(root):
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
+
+
+def test_release_dry_run_prints_the_plan_writes_nothing_and_matches_the_release(spark, tmp_path, capsys):
+    path = write_config(tmp_path, _config(tmp_path))
+    before = _listing(tmp_path)
+    assert cli_main(["release", "--dry-run", "--n", "60", path]) == 0
+    preview = json.loads(capsys.readouterr().out)
+    assert _listing(tmp_path) == before  # no ledger file, no release directory
+    assert preview["dry_run"] is True and not preview["would_refuse"] and not preview["stored"]
+    assert preview["cost"] == {"epsilon": 1.0, "delta": 1e-6}
+    assert preview["budget"]["registered"] is False and preview["budget"]["epsilon_spent_before"] == 0.0
+    assert any("does not exist yet" in n for n in preview["notes"])
+    assert preview["accuracy"]["per_coefficient"][0]["n"] == 60
+
+    assert cli_main(["release", path]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    m = load_release(summary["path"]).manifest
+    assert preview["privacy"]["noise_scale"] == m["privacy"]["noise_scale"]
+    assert preview["privacy"]["sensitivity"] == m["privacy"]["sensitivity"]
+    assert preview["events"] == m["privacy"]["events"] and preview["request_sha256"] == m["request_sha256"]
+    assert preview["budget"]["epsilon_spent_after"] == summary["dataset_epsilon_spent"]
+
+    # again: the release id is known, so the release would return the stored one for nothing
+    ledger = open_ledger(f"sqlite:///{tmp_path}/ledger.db")
+    charges = ledger.all_charges()
+    assert cli_main(["release", "--dry-run", path]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["stored"] and again["cost"]["epsilon"] == 0.0 and ledger.all_charges() == charges
+
+
+def test_release_dry_run_reports_a_refusal_with_exit_0(spark, tmp_path, capsys):
+    path = write_config(tmp_path, _config(tmp_path, **{"privacy.epsilon": 5.0}))
+    assert cli_main(["release", "--dry-run", path]) == 0
+    out, err = capsys.readouterr()
+    preview = json.loads(out)
+    assert preview["would_refuse"] and "exhausted" in preview["reason"] and "would be refused" in err
+    assert not (tmp_path / "ledger.db").exists() and not (tmp_path / "releases").exists()
+    assert cli_main(["release", path]) == 2  # the real run refuses: a request error, nothing charged
+    assert open_ledger(f"sqlite:///{tmp_path}/ledger.db").all_charges() == []
+    assert cli_main(["release", "--n", "5", path]) == 2  # --n without --dry-run is a request error
+
+
+def test_plan_dry_run_checks_entries_one_after_the_other_and_writes_nothing(spark, tmp_path, events_table, capsys):  # noqa: F811
+    uri = f"sqlite:///{tmp_path}/plan-ledger.db"
+    entries = [_cov_entry(events_table), _cov_entry(events_table, name="cov_again", epsilon=1.0)]
+    path = _write_plan(tmp_path, uri, entries)
+    day = WEEK[0].isoformat()
+    before = _listing(tmp_path)
+    assert cli_main(["plan", "run", path, "--date", day, "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    dry = {r["entry"]: r for r in json.loads(out)["entries"]}
+    assert _listing(tmp_path) == before
+    # each alone fits the day's budget of 1.0; after cov's 0.6, cov_again's 1.0 does not (1.04 > 1.0)
+    assert dry["cov"]["status"] == "would_release" and dry["cov_again"]["status"] == "would_refuse"
+    assert "would be refused" in err and dry["cov"]["preview"]["cost"]["epsilon"] == 0.6
+
+    assert cli_main(["plan", "run", path, "--date", day]) == 3
+    real = {r["entry"]: r for r in json.loads(capsys.readouterr().out)["entries"]}
+    assert real["cov"]["status"] == "released" and real["cov_again"]["status"] == "refused"
+    m = load_release(real["cov"]["path"]).manifest
+    assert dry["cov"]["preview"]["privacy"]["noise_scale"] == m["privacy"]["noise_scale"]
+    assert dry["cov"]["preview"]["events"] == m["privacy"]["events"]
+    assert dry["cov"]["preview"]["budget"]["epsilon_spent_after"] == \
+        open_ledger(uri).status("shop.events@2026-11-23")[0].spent_epsilon
+
+    assert cli_main(["plan", "run", path, "--date", day, "--dry-run", "--entry", "cov"]) == 0
+    assert json.loads(capsys.readouterr().out)["entries"][0]["status"] == "stored"
