@@ -81,6 +81,11 @@ def privacy_summary(release: Release) -> dict:
 
 
 def _sigma(release: Release) -> float | None:
+    """The Gaussian σ of the matrix entries as released; None where it is not that (other noise, or a release
+    mapped back to the data's units from scaled vectors, whose noise is T·N·Tᵀ: manifest ``scaling``).
+    """
+    if release.manifest.get("scaling"):
+        return None
     family, s = noise_of(release.privacy)
     return float(s) if isinstance(s, (int, float)) and family == "gaussian" else None
 
