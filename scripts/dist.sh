@@ -14,19 +14,25 @@
 # environment links to the interpreter it was built with (bin/python ->
 # <prefix>/bin/python3.X): the nodes need the same Python minor version at the
 # same prefix, or set PYTHON_PREFIX=/prefix/on/the/nodes (venv-pack --python-prefix).
-# The packing virtualenv (build/pack-env) is reused while the wheel's requirements and
-# this script are unchanged; the wheel is rebuilt and reinstalled every time.
+# The packing virtualenv (${SPARK_DP_PACK_VENV:-~/.cache/spark-dp/pack-env}, outside the
+# checkout so a fresh clone reuses it) is remade only when the wheel's requirements, the base
+# Python or this script change; the wheel is rebuilt and reinstalled every time, under a lock
+# (flock) so two checkouts never pack each other's wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${1:-python3}
 OUT=${2:-dist}
-PACK=${SPARK_DP_PACK_VENV:-build/pack-env}
+PACK=${SPARK_DP_PACK_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/spark-dp/pack-env}
 ARCHIVE="$OUT/spark-dp-env.tar.gz"
 pip_q=(--quiet --disable-pip-version-check)
 
 wheel=$(bash scripts/build_wheel.sh "$OUT" "$PYTHON")
 mapfile -t deps < <("$PYTHON" scripts/wheel_requires.py "$wheel" --without pyspark)
-key=$( (printf '%s\n' "${deps[@]}"; cat scripts/dist.sh) | sha256sum | cut -c1-16)
+mkdir -p "$(dirname "$PACK")"
+exec 9>"$PACK.lock"
+flock 9
+key=$( (printf '%s\n' "${deps[@]}"; "$PYTHON" -c 'import sys; print(sys.base_prefix, sys.version)'; cat scripts/dist.sh) |
+       sha256sum | cut -c1-16)
 if [ "$(cat "$PACK/.key" 2>/dev/null)" != "$key" ]; then
   echo "dist: creating the packing environment $PACK" >&2
   rm -rf "$PACK"
