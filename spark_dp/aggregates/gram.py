@@ -26,6 +26,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from spark_dp._compat import to_arrow
 from spark_dp.aggregates._blocks import GramAccumulator, list_to_block
 from spark_dp.aggregates._parquet_tasks import (
     Unit,
@@ -95,7 +96,7 @@ def gram_partials_fn(d: int, norm_bound: float, nonfinite: str) -> Callable[[Ite
 def sum_partials(frame: DataFrame, d: int) -> np.ndarray:
     """Sums the partials on the driver; returns the full symmetric matrix."""
     total = np.zeros((d, d), dtype=np.float64)
-    table = frame.toArrow()
+    table = to_arrow(frame)
     for value in table.column("partial").to_pylist():
         total += np.frombuffer(value, dtype=np.float64).reshape(d, d)
     return total + np.triu(total, 1).T

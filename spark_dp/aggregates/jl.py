@@ -58,6 +58,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_dp._compat import to_arrow
 from spark_dp.aggregates._blocks import apply_nonfinite, batch_to_block, clip_rows
 from spark_dp.aggregates._partitioning import partitions_for
 from spark_dp.aggregates._vectors import (
@@ -264,6 +265,6 @@ def jl_projection(
     ids = row_id_frame(frame, vector_partitions(df, columns, d, privacy_unit)) if row_ids == "content" else frame
     out = ids.mapInArrow(jl_partials_fn(d, int(r), float(norm_bound), nonfinite, int(key), row_ids), _PARTIAL_SCHEMA)
     total = np.zeros((r, d), dtype=np.float64)
-    for value in out.toArrow().column("partial").to_pylist():
+    for value in to_arrow(out).column("partial").to_pylist():
         total += np.frombuffer(value, dtype=np.float64).reshape(r, d)
     return total

@@ -32,6 +32,12 @@ probability at least the level (``kind: bound``), and what it covers
 (``noise`` or ``noise+sampling``). The values are the array file's
 ``stderr``/``low``/``high`` columns (:mod:`spark_dp.release.uncertainty`).
 
+Optional in version 2 (issue #16; absent from older manifests, which stay
+readable): ``input`` — the input lineage (:mod:`spark_dp.release.lineage`):
+``kind`` (``table``, ``files``, ``in_memory`` or ``unknown``), the tables
+with their version where the source has one, and/or ``files_sha256``, a
+digest of the input files' names, sizes and modification times. Never data.
+
 Kept from version 1, deprecated: ``noise_sigma`` (= ``noise_scale`` of a
 Gaussian release) and the sketches' ``max_items_per_unit`` (=
 ``max_rows_per_unit``). Read the noise with :func:`noise_of`, which
@@ -77,6 +83,9 @@ class Release:
     path: str | None = None
     reused: bool = field(default=False, compare=False)
     uncertainty: dict[str, Uncertainty] = field(default_factory=dict, compare=False)
+    # On a re-run that returned a stored release: whether its input changed since (lineage differs);
+    # None when it cannot be told (a new release, no lineage stored, or an in-memory input).
+    input_changed: bool | None = field(default=None, compare=False)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]

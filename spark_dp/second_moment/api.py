@@ -19,6 +19,7 @@ mean k·B²·I; JL and inverse-Wishart subtract the ridge w²·I.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from spark_dp.aggregates.gram import gram_matrix_parquet
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Budget, Chokepoint
 from spark_dp.release import Release
+from spark_dp.release.lineage import input_lineage
 from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, confidence_request, run_release
 from spark_dp.second_moment._registry import MechanismPlan
 from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the API's names for the registry
@@ -93,7 +95,7 @@ def _release(
     return run_release(session, ReleasePlan(
         task=task, mechanism=plan.mechanism, release_id=release_id, request=request, events=tuple(plan.events),
         budget=Budget(request["epsilon"], request["delta"]), compute=compute, noise=noise, privacy=privacy,
-        manifest=extra, config_sha256=config_sha256,
+        manifest=extra, config_sha256=config_sha256, lineage=functools.partial(input_lineage, df),
     ))
 
 
