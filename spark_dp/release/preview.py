@@ -141,6 +141,16 @@ class Preview:
         """The manifest's ``privacy.noise_scale`` the release would record (σ or b; None if data-dependent)."""
         return self.privacy.get("noise_scale")
 
+    @property
+    def noise_family(self) -> str | None:
+        """The manifest's ``privacy.noise_family`` (``gaussian``, ``laplace``, ``wishart``, …)."""
+        return self.privacy.get("noise_family")
+
+    @property
+    def sensitivity(self) -> Any:
+        """The manifest's ``privacy.sensitivity`` (Δ; a list or a description for multi-part releases)."""
+        return self.privacy.get("sensitivity")
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``json.dumps(preview.to_dict())``)."""
         return _jsonable({"dry_run": True, **asdict(self)})
