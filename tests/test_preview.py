@@ -287,3 +287,13 @@ def test_preview_events_are_ledger_events(frames, tmp_path):
     plan = plan_sketch("private_count_sketch", epsilon=1.0, delta=1e-6, repetitions=5, max_items_per_unit=1,
                        unit_l2_bound=None, neighbors="add_remove", weighted=False)
     assert p.events == [event_to_dict(e) for e in plan.events]
+
+
+def test_preview_with_bounds_does_not_claim_the_release_units(frames, tmp_path):
+    """With public bounds the release is in the data's units; the scaled-unit prediction must not pass for it."""
+    dp = _session(tmp_path)
+    cols = frames.columns[:2]
+    p = dp.preview.second_moment(frames, list(cols), epsilon=1.0, delta=1e-6,
+                                 bounds={c: (-10.0, 10.0) for c in cols})
+    assert p.accuracy["predicted"] is False and "bounds" in p.accuracy["why"]
+    assert p.accuracy["in_scaled_units"]["predicted"] is True
