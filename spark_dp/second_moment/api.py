@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame
 from spark_dp import _validation as V
 from spark_dp import params as P
 from spark_dp.aggregates import gram_matrix, vector_dimension
+from spark_dp.aggregates._scan import choose_source_paths
 from spark_dp.aggregates.gram import gram_matrix_parquet
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Budget, Chokepoint
@@ -77,10 +78,13 @@ def _release(
                                      max_rows_per_unit=max_rows_per_unit, row_ids=plan.params["row_ids"])
 
             return project
-        if source_paths:
+        # Given, or detected when df is a plain Parquet scan (aggregates/_scan.py).
+        paths = choose_source_paths(df, columns, source_paths, owner=task,
+                                    unsupported="privacy_unit needs a shuffle" if privacy_unit else None)
+        if paths:
             # Same matrix, with the tasks reading the Parquet files themselves
             # (skips the JVM -> Arrow conversion; docs/benchmarks.md).
-            return gram_matrix_parquet(source_paths, columns, norm_bound=norm_bound, nonfinite=nonfinite,
+            return gram_matrix_parquet(paths, columns, norm_bound=norm_bound, nonfinite=nonfinite,
                                        dimension=dimension, privacy_unit=privacy_unit,
                                        max_rows_per_unit=max_rows_per_unit, spark=df.sparkSession)
         return gram_matrix(df, columns, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,
