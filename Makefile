@@ -6,16 +6,28 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.spark-dp-installed
 
-.PHONY: demo test
+.PHONY: demo test dist smoke
 
 demo: $(STAMP)
 	@$(PY) -m spark_dp.cli.demo
 
 # ruff first (a few seconds): lint findings stop the run before any Spark test starts.
+# Then `make dist`: the standalone-cluster test ships exactly those artifacts and the
+# version-matrix smoke run (-m matrix) installs that wheel into its own virtualenvs.
 test: $(STAMP)
 	@$(PY) -m ruff check --quiet --output-format concise . || \
 	  { echo "make test: ruff check failed (findings above; '$(PY) -m ruff check --fix .' fixes the [*] ones)" >&2; exit 1; }
-	@$(PY) -m pytest
+	@bash scripts/dist.sh "$(PY)" dist
+	@SPARK_DP_DIST="$(CURDIR)/dist" $(PY) -m pytest
+
+# What a cluster needs (README, "Running on a cluster"): dist/spark_dp-<version>-py3-none-any.whl
+# and dist/spark-dp-env.tar.gz, a packed environment for spark-submit --archives.
+dist: $(STAMP)
+	@bash scripts/dist.sh "$(PY)" dist
+
+# The version-matrix smoke run alone (pyspark 3.5; pyspark 4.3 + pandas 3), on the built wheel.
+smoke: $(STAMP)
+	@$(PY) -m pytest -m matrix
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@bash scripts/bootstrap.sh "$(PYTHON)" "$(VENV)"

@@ -1,7 +1,9 @@
 """spark-submit entry point: ``spark-submit jobs/release.py CONFIG``.
 
-Ship the package to the executors with ``--py-files`` (a zip of spark_dp/)
-unless it is installed on every node.
+Ship spark_dp and its dependencies to the executors with the packed
+environment ``make dist`` builds: ``--archives dist/spark-dp-env.tar.gz#environment``
+with ``PYSPARK_PYTHON=./environment/bin/python`` (README, "Running on a cluster"),
+unless they are installed on every node.
 """
 
 import sys

@@ -9,6 +9,13 @@ is on disk is what the ledger charged. For every release directory
   match the ledger's charge of that id, and the σ and sensitivity it states
   (``noise_scale`` with ``noise_family``, the deprecated ``noise_sigma``, and ``sensitivity``) are those of a charged
   event (σ/Δ equal to a charged noise multiplier);
+* a tensor power method release (``private_power_method``,
+  ``input_perturbation``), whose σ is data-dependent (Alg. 3: σ = ν·c·‖u‖∞^p)
+  or whose sensitivity the manifest states partly in words, has its noise
+  plan recomputed from the manifest's declared parameters (ε, δ, k, L, R,
+  calibration, mode, neighbours, B, m): the recomputed ν / σ / Δ / noise
+  multiplier must equal the manifest's, and the recomputed events the
+  ledger's charge;
 * its directory name is its release id and its payload files exist;
 * a release with no charge is an **orphan**, unless it is a merge of charged
   releases (``merged_from``: post-processing, charged nothing) whose parts
@@ -37,13 +44,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from spark_dp.errors import ConfigError
 from spark_dp.privacy.events import GaussianEvent, LaplaceEvent, event_from_dict, event_to_dict
 from spark_dp.privacy.ledger import Charge, Ledger
+from spark_dp.release import release_exists, storage
 from spark_dp.release.release import noise_of
 
 MANIFEST = "manifest.json"
@@ -99,21 +106,24 @@ class AuditReport:
 
 
 def _read_manifest(path: str) -> dict[str, Any]:
-    with open(os.path.join(path, MANIFEST)) as fh:
-        manifest = json.load(fh)
+    manifest = json.loads(storage.read_bytes(storage.join(path, MANIFEST)))
     if not isinstance(manifest, dict):
         raise ValueError("the manifest is not a JSON object")
     return manifest
 
 
 def _release_dirs(root: str) -> tuple[list[str], list[str]]:
-    """Release directories directly under ``root`` (hidden temporaries skipped) and other directories."""
+    """Release directories directly under ``root`` (hidden temporaries skipped) and other directories.
+
+    A directory without a manifest is not a release (on an object store: payload of a write that
+    crashed before its commit marker, or anything else).
+    """
     releases, others = [], []
-    for name in sorted(os.listdir(root)):
-        path = os.path.join(root, name)
-        if name.startswith(".") or not os.path.isdir(path):
+    for name in storage.list_dirs(root):
+        path = storage.join(root, name)
+        if name.startswith("."):
             continue
-        (releases if os.path.isfile(os.path.join(path, MANIFEST)) else others).append(path)
+        (releases if release_exists(path) else others).append(path)
     return releases, others
 
 
@@ -190,18 +200,77 @@ def _compare(manifest: dict[str, Any], path: str, charge: Charge) -> list[str]:
     if manifest.get("request_sha256") != charge.request_sha256:
         out.append(f"request_sha256={manifest.get('request_sha256')!r}, ledger {charge.request_sha256!r}")
     out += _noise_mismatches(privacy, list(charge.events) if events is None else events)
+    out += _tensor_mismatches(manifest, list(charge.events))
+    return out
+
+
+TENSOR_AUDITED = ("private_power_method", "input_perturbation")
+
+
+def _tensor_plan(manifest: dict[str, Any]):
+    """The tensor release's noise plan, recomputed from the manifest's declared parameters.
+
+    Returns (plan, [(manifest privacy key, recomputed value), …]); raises
+    KeyError/TypeError/ValueError/SparkDPError when the parameters are not there.
+    """
+    from spark_dp.tensor.input_perturbation import input_perturbation_plan
+    from spark_dp.tensor.private import rows_plan, tensor_entry_plan
+    from spark_dp.tensor.whiten import whitened_rows_plan
+
+    privacy, params = manifest["privacy"], manifest["params"]
+    eps, delta, calibration = float(privacy["epsilon"]), float(privacy["delta"]), params["calibration"]
+    k, L, R = int(params["k"]), int(params["restarts"]), int(params["iterations"])
+    if privacy.get("neighbors") == "tensor_entry":  # an explicit tensor (Alg. 3, input perturbation)
+        if manifest["mechanism"] == "input_perturbation":
+            plan = input_perturbation_plan(epsilon=eps, delta=delta, calibration=calibration,
+                                           entry_scale=float(params.get("entry_scale", 1.0)))
+            return plan, [("noise_scale", plan.sigma), ("noise_multiplier", plan.noise_multiplier)]
+        plan = tensor_entry_plan(epsilon=eps, delta=delta, k=k, L=L, R=R, calibration=calibration)
+        return plan, [("nu", plan.nu), ("noise_multiplier", plan.noise_multiplier)]
+    rows = dict(epsilon=eps, delta=delta, k=k, L=L, R=R, norm_bound=float(privacy["norm_bound"]),
+                mode=params["mode"], calibration=calibration, neighbors=privacy["neighbors"],
+                max_rows_per_unit=int(privacy.get("max_rows_per_unit", 1)))
+    if params.get("whiten"):
+        plan = whitened_rows_plan(**rows)
+        return plan, [("second_moment_sigma", plan.sigma), ("sensitivity.second_moment", plan.sensitivity),
+                      ("noise_multiplier", plan.noise_multiplier)]
+    plan = rows_plan(**rows)
+    return plan, [("noise_scale", plan.sigma), ("sensitivity", plan.sensitivity),
+                  ("noise_multiplier", plan.noise_multiplier)]
+
+
+def _tensor_mismatches(manifest: dict[str, Any], charged: list) -> list[str]:
+    """A tensor power method release: its σ (ν, Δ, z) and events recomputed from its declared parameters."""
+    if manifest.get("task") != "tensor_decomposition" or manifest.get("mechanism") not in TENSOR_AUDITED:
+        return []
+    from spark_dp.errors import SparkDPError
+
+    try:
+        plan, stated = _tensor_plan(manifest)
+    except (KeyError, TypeError, ValueError, SparkDPError) as exc:
+        return [f"its noise plan cannot be recomputed from the declared parameters ({type(exc).__name__}: {exc})"]
+    out = []
+    privacy = manifest["privacy"]
+    for key, want in stated:
+        got: Any = privacy
+        for part in key.split("."):
+            got = got.get(part) if isinstance(got, dict) else None
+        if got is None:
+            continue  # not stated (an older manifest): the events below are checked all the same
+        if not isinstance(got, (int, float)) or isinstance(got, bool) or not _close(got, want):
+            out.append(f"{key}={got!r}, recomputed from the declared parameters {want!r}")
+    want_z = [e.noise_multiplier for e in plan.events]
+    got_z = [getattr(e, "noise_multiplier", None) for e in charged]
+    if len(want_z) != len(got_z) or not all(g is not None and _close(g, w) for g, w in zip(got_z, want_z)):
+        out.append(f"the declared parameters give {len(want_z)} Gaussian events of sigma/Delta={want_z[0]:.10g}; "
+                   f"the ledger charged {len(got_z)} ({', '.join(sorted({f'{z:.10g}' for z in got_z if z}))})")
     return out
 
 
 def _payload_problems(manifest: dict[str, Any], path: str) -> list[str]:
     payload = manifest.get("payload") or {}
     return [f"payload file {info.get('file')!r} of {name!r} is missing" for name, info in payload.items()
-            if not isinstance(info, dict) or not os.path.isfile(os.path.join(path, str(info.get("file"))))]
-
-
-def _under(path: str, root: str) -> bool:
-    path, root = os.path.realpath(path), os.path.realpath(root)
-    return os.path.commonpath([path, root]) == root
+            if not isinstance(info, dict) or not storage.is_file(storage.join(path, str(info.get("file"))))]
 
 
 def audit_releases(ledger: Ledger, root: str) -> AuditReport:
@@ -210,7 +279,7 @@ def audit_releases(ledger: Ledger, root: str) -> AuditReport:
     add = report.findings.append
     charges = {c.release_id: c for c in ledger.all_charges()}
     report.charges = len(charges)
-    if not os.path.isdir(root):
+    if not storage.is_dir(root):
         raise ConfigError(f"The output root {root!r} does not exist or is not a directory.")
     found: dict[str, str] = {}  # release id → directory, for the charges' side
 
@@ -220,8 +289,8 @@ def audit_releases(ledger: Ledger, root: str) -> AuditReport:
             add(Finding("unreadable", None, path, "manifest.json has no release_id"))
             continue
         problems = []
-        if os.path.basename(path) != rid:
-            problems.append(f"directory name {os.path.basename(path)!r} is not the release id")
+        if storage.basename(path) != rid:
+            problems.append(f"directory name {storage.basename(path)!r} is not the release id")
         if rid in found:
             problems.append(f"a second directory for this release id (first: {found[rid]})")
         found.setdefault(rid, path)
@@ -249,8 +318,8 @@ def audit_releases(ledger: Ledger, root: str) -> AuditReport:
         else:
             report.releases += 1
 
-    npdir = os.path.join(root, NONPRIVATE_DIR)
-    if os.path.isdir(npdir):
+    npdir = storage.join(root, NONPRIVATE_DIR)
+    if storage.is_dir(npdir):
         for path, manifest in _manifests(npdir, add):
             rid = manifest.get("release_id")
             if rid in charges:
@@ -269,7 +338,7 @@ def audit_releases(ledger: Ledger, root: str) -> AuditReport:
             add(Finding("crashed", rid, None, f"charged ({where}), never written; crash recorded: {charge.crash}"))
         elif charge.location is None:
             add(Finding("unwritten", rid, None, f"charged ({where}) but never written and no crash recorded"))
-        elif _under(charge.location, root):
+        elif storage.is_under(charge.location, root):
             add(Finding("missing", rid, charge.location, f"charged ({where}) and recorded as written here, "
                                                          "but the release directory is gone"))
         else:
@@ -285,7 +354,7 @@ def _manifests(directory: str, add, *, skip: tuple[str, ...] = ()):
     """
     dirs, others = _release_dirs(directory)
     for path in others:
-        if os.path.basename(path) not in skip:
+        if storage.basename(path) not in skip:
             add(Finding("skipped", None, path, "a directory without manifest.json: not a release"))
     for path in dirs:
         try:

@@ -1,9 +1,18 @@
-"""The ledger as a table: ``spark-dp ledger --export PATH`` (issue #16, item 3).
+"""The ledger as a table: ``spark-dp ledger --export PATH_OR_TABLE`` (issue #16, item 3).
 
 One row per charge, in charge order, the form a governance dashboard reads
-(Snowflake's ``PRIVACY_BUDGETS`` view is the model). Written as one Parquet
-file with pyarrow (no Spark needed), atomically (temporary file, then
-rename over ``PATH``), so a dashboard never reads half an export.
+(Snowflake's ``PRIVACY_BUDGETS`` view is the model). Two targets
+(:func:`is_table_target` tells them apart):
+
+* a Parquet file (a target with a ``/`` or ending in ``.parquet``): written
+  with pyarrow (no Spark needed), atomically (temporary file, then rename
+  over ``PATH``), so a dashboard never reads half an export;
+* a catalog table (``db.tbl``, ``catalog.db.tbl``; anything else): the same
+  rows through ``spark.createDataFrame(arrow table)`` and
+  ``saveAsTable(mode="overwrite")`` in the session's default table format
+  (classic Spark and Spark Connect). Each export replaces the table with the
+  whole ledger; on Delta the overwrite is one atomic commit, on plain Parquet
+  tables a reader during the overwrite may see it missing or partial.
 
 Columns (:data:`SCHEMA`):
 
@@ -24,9 +33,10 @@ Columns (:data:`SCHEMA`):
   release was recorded as written), ``crash`` (the recorded reason, if it
   crashed before being written), ``request_sha256``.
 
-Input lineage (issue #16, item 4) is not recorded by the ledger yet, so it
-has no column here yet; it will be added as a new column (old exports stay
-readable).
+* ``input_kind`` (``table``, ``files``, ``in_memory``, ``unknown``; null for
+  charges from before ledger schema 4) and ``input`` — the release's input
+  lineage (:mod:`spark_dp.release.lineage`) as JSON: table names with their
+  version where the source has one, or a digest of the input files. Never data.
 """
 
 from __future__ import annotations
@@ -63,6 +73,8 @@ SCHEMA = pa.schema([
     ("location", pa.string()),
     ("crash", pa.string()),
     ("request_sha256", pa.string()),
+    ("input_kind", pa.string()),
+    ("input", pa.string()),
 ])
 
 
@@ -70,9 +82,10 @@ def _manifest_names(location: str | None) -> tuple[str | None, str | None]:
     """(task, mechanism) from the written release's manifest; (None, None) if it cannot be read."""
     if location is None:
         return None, None
+    from spark_dp.release import storage
+
     try:
-        with open(os.path.join(location, "manifest.json")) as fh:
-            manifest = json.load(fh)
+        manifest = json.loads(storage.read_bytes(storage.join(location, "manifest.json")))
     except (OSError, ValueError):
         return None, None
     return manifest.get("task"), manifest.get("mechanism")
@@ -97,6 +110,8 @@ def charge_rows(ledger: Ledger) -> list[dict[str, Any]]:
             "lifetime_epsilon_limit": cap.epsilon if cap else None, "lifetime_delta_limit": cap.delta if cap else None,
             "created_at": c.created_at, "written": c.location is not None, "location": c.location,
             "crash": c.crash, "request_sha256": c.request_sha256,
+            "input_kind": None if c.lineage is None else c.lineage.get("kind"),
+            "input": None if c.lineage is None else json.dumps(c.lineage, sort_keys=True),
         })
     return rows
 
@@ -107,10 +122,30 @@ def _utc(text: str) -> datetime:
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
+def charges_table(ledger: Ledger) -> pa.Table:
+    """Every charge of ``ledger`` as an Arrow table of :data:`SCHEMA`."""
+    return pa.Table.from_pylist([{**r, "created_at": _utc(r["created_at"])} for r in charge_rows(ledger)],
+                                schema=SCHEMA)
+
+
+def is_table_target(target: str) -> bool:
+    """Whether an export target names a catalog table (no ``/``, not ending in ``.parquet``) rather than a file."""
+    return "/" not in target and os.sep not in target and not target.lower().endswith(".parquet")
+
+
+def export_charges_table(spark, ledger: Ledger, table: str) -> int:
+    """Replaces the catalog table ``table`` with every charge of ``ledger``; returns the row count."""
+    from spark_dp.params import check_table_name
+
+    check_table_name(table, key="--export")
+    rows = charges_table(ledger)
+    spark.createDataFrame(rows).write.mode("overwrite").saveAsTable(table)
+    return rows.num_rows
+
+
 def export_charges(ledger: Ledger, path: str) -> int:
     """Writes every charge of ``ledger`` to the Parquet file ``path`` (atomically); returns the row count."""
-    rows = charge_rows(ledger)
-    table = pa.Table.from_pylist([{**r, "created_at": _utc(r["created_at"])} for r in rows], schema=SCHEMA)
+    table = charges_table(ledger)
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
@@ -123,4 +158,4 @@ def export_charges(ledger: Ledger, path: str) -> int:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-    return len(rows)
+    return table.num_rows

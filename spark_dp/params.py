@@ -114,6 +114,38 @@ class Optional(Constraint):
 
 
 @dataclass(frozen=True)
+class OrAuto(Constraint):
+    """The string ``"auto"`` (chosen privately from the data), or a value ``inner`` accepts."""
+
+    inner: Constraint
+
+    def check(self, name: str, value: Any, *, owner: str) -> Any:
+        if value == "auto":
+            return "auto"
+        try:
+            return self.inner.check(name, value, owner=owner)
+        except ConfigError:
+            raise ConfigError(f"The {name!r} parameter of {owner} must be a positive float or 'auto'. "
+                              f"Got {value!r} instead.") from None
+
+
+@dataclass(frozen=True)
+class Bounds(Constraint):
+    """Public per-column bounds ``{column: (lo, hi)}``: finite numbers with lo < hi, in the data's units."""
+
+    def check(self, name: str, value: Any, *, owner: str) -> dict[str, tuple[float, float]]:
+        if not isinstance(value, dict) or not value:
+            raise ConfigError(f"The {name!r} parameter of {owner} must be a mapping of column names to [lo, hi]. "
+                              f"Got {value!r} instead.")
+        out = {}
+        for col, pair in value.items():
+            ok = isinstance(col, str) and col and isinstance(pair, list | tuple) and len(pair) == 2 and all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in pair)
+            if not ok or not pair[0] < pair[1]:
+                raise ConfigError(f"The {name!r} parameter of {owner} must give each column finite bounds [lo, hi] "
+                                  f"with lo < hi. Got {col!r}: {pair!r} instead.")
+            out[col] = (float(pair[0]), float(pair[1]))
+        return out
 class TableName(Constraint):
     """A catalog table name: ``tbl``, ``db.tbl`` or ``catalog.db.tbl`` (backquoted parts allowed)."""
 
@@ -180,6 +212,12 @@ PARAMS: Constraints = Constraints({
     "public_n": Optional(Int(1)),
     "prior_dof": Optional(Int(1)),
     "ridge": Real(0),
+    "bounds": Optional(Bounds()),
+    "fit_intercept": Bool(),
+    # the second-moment family's norm bound: a number, "auto", or None (derived from full bounds)
+    "norm_bound_or_auto": Optional(OrAuto(POSITIVE)),
+    "norm_bound_share": Real(0, 1, low_open=True, high_open=True),   # ε share of norm_bound="auto"
+    "norm_bound_quantile": Real(0, 1, low_open=True, high_open=True),  # the row-norm quantile it targets
     # sketch
     "buckets": Int(1),
     "top": Int(1),

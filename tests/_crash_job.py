@@ -19,6 +19,10 @@ death is a real ``kill -9`` of the process itself: no ``finally`` blocks, no
     right after the first payload file is written into the release's hidden
     temporary directory (``<output>/.tmp-…``): before the manifest and before
     the atomic rename.
+``before_manifest``
+    on an object store (``output.path`` ``s3://…``), right after the first
+    payload file is moved from the temporary prefix into the release's own
+    prefix: the payload is there, the manifest (the commit marker) is not.
 
 If the point is never reached the job exits normally, and the test's
 ``returncode == -9`` check fails.
@@ -29,7 +33,10 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import subprocess
 import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _die() -> None:
@@ -55,6 +62,10 @@ def _into_release_tmp_dir(table, where, *args, **kwargs) -> bool:
     return parent.startswith(".tmp-")
 
 
+def _payload_not_manifest(src, dst) -> bool:
+    return os.path.basename(dst.path) != "manifest.json"
+
+
 def install(point: str) -> None:
     from spark_dp.privacy.chokepoint import Chokepoint
 
@@ -70,8 +81,25 @@ def install(point: str) -> None:
         # write_release calls pq.write_table through the module object it imported
         assert release_module.pq is pq
         _kill_after(pq, "write_table", when=_into_release_tmp_dir)
+    elif point == "before_manifest":
+        import spark_dp.release.release as release_module
+
+        # _write_remote calls _publish through the module's globals, once per file, the manifest last
+        _kill_after(release_module, "_publish", when=_payload_not_manifest)
     else:
         raise SystemExit(f"unknown fault point {point!r}")
+
+
+def run_crash_job(config_path: str, fault: str) -> subprocess.CompletedProcess:
+    """Runs ``spark-dp release config_path`` in a subprocess that SIGKILLs itself at ``fault``.
+
+    The subprocess inherits the environment (e.g. the AWS variables of an object-store test),
+    with this checkout first on ``PYTHONPATH`` and no ``SPARK_REMOTE``.
+    """
+    env = dict(os.environ, PYTHONPATH=_ROOT)
+    env.pop("SPARK_REMOTE", None)
+    return subprocess.run([sys.executable, "-m", "tests._crash_job", fault, "release", config_path],
+                          env=env, cwd=_ROOT, capture_output=True, text=True, timeout=300)
 
 
 def main(argv: list[str]) -> int:

@@ -76,3 +76,19 @@ def connect_server(tmp_path):
     finally:
         server.stop()
         assert not server.leftovers(), f"Spark Connect server processes left behind: {server.leftovers()}"
+
+
+@pytest.fixture(scope="session")
+def dist_artifacts(tmp_path_factory):
+    """(wheel, packed environment) of ``make dist``: from dist/ under ``make test``, else built now."""
+    from tests._servers import dist_artifacts
+
+    return dist_artifacts(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory):
+    """The wheel ``make dist`` builds (from dist/ under ``make test``, else built now)."""
+    from tests._servers import dist_artifacts
+
+    return dist_artifacts(tmp_path_factory.mktemp("wheel"), wheel_only=True)[0]

@@ -58,6 +58,8 @@ def produced(spark, tmp_path_factory):
                          rng=np.random.default_rng(1))
     tensor_decomposition(tensors, T, k=1, epsilon=2.0, delta=1e-6, mechanism="input_perturbation", restarts=2,
                          iterations=3, release_id="tip", rng=np.random.default_rng(1))
+    dp.tensor_decomposition(df.select(*COLS), k=1, columns=COLS, epsilon=2.0, delta=1e-6, norm_bound=2.0,
+                            restarts=2, iterations=2, mode="reuse", release_id="tpr", rng=np.random.default_rng(1))
     public = spark_dp.DPSession("public", ledger=uri, output=str(root), sampler="numpy")
     tensor_decomposition(public, T, k=1, mechanism="power_method", restarts=2, iterations=3, release_id="alg1",
                          rng=np.random.default_rng(1))
@@ -101,7 +103,7 @@ def test_the_untampered_root_passes(pristine, capsys):
     root, uri = pristine
     code, report, err = _audit(capsys, root, uri)
     assert code == 0 and report["ok"] and err == "", report["findings"]
-    assert report["releases_matched"] == report["charges"] == 7  # cov, ols, sk1, sk2, cm, tpm, tip
+    assert report["releases_matched"] == report["charges"] == 8  # cov, ols, sk1, sk2, cm, tpm, tip, tpr
     assert _kinds(report) == {("derived", "sk-week"), ("nonprivate", "alg1"), ("nonprivate", "nonprivate-online")}
     assert cli_main(["audit", "--ledger", uri, str(root)]) == 0
     assert "audit OK" in capsys.readouterr().out
@@ -118,6 +120,12 @@ def test_the_untampered_root_passes(pristine, capsys):
     ("ols", lambda m: m["privacy"]["noise_sigma"].__setitem__(1, 0.01), "noise_sigma="),
     ("tip", lambda m: m["privacy"]["events"][0].update(noise_multiplier=1.0), "events="),
     ("tpm", lambda m: m["privacy"].update(delta=1e-9), "delta=1e-09"),
+    # the tensor power method: its noise plan recomputed from the declared parameters (ν, σ, Δ, events)
+    ("tpm", lambda m: m["privacy"].update(nu=m["privacy"]["nu"] / 2), "nu="),
+    ("tpm", lambda m: m["params"].update(iterations=5), "the declared parameters give 12 Gaussian events"),
+    ("tpr", lambda m: m["privacy"].update(**{key: m["privacy"][key] / 2 for key in
+                                             ("noise_scale", "noise_sigma", "sensitivity")}), "noise_scale="),
+    ("tpr", lambda m: m["privacy"].update(norm_bound=1.0), "recomputed from the declared parameters"),
     ("cov", lambda m: m.update(dataset_id="other"), "dataset_id='other'"),
     ("sk-week", lambda m: m["merged_from"].append("never-charged"), "without a ledger charge: never-charged"),
 ])
@@ -187,7 +195,7 @@ def test_releases_written_elsewhere_are_noted_and_a_bad_root_is_an_error(pristin
     other = tmp_path / "other-root"
     other.mkdir()
     report = audit_releases(open_ledger(uri), str(other))
-    assert report.ok and {f.kind for f in report.findings} == {"elsewhere"} and len(report.findings) == 7
+    assert report.ok and {f.kind for f in report.findings} == {"elsewhere"} and len(report.findings) == 8
     assert cli_main(["audit", "--ledger", uri, str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert cli_main(["audit", "--ledger", f"sqlite:///{tmp_path}/none.db", str(root)]) == 2
@@ -225,3 +233,25 @@ def test_the_audit_reads_either_ledger_backend(any_ledger_uri, tmp_path, capsys)
     assert cli_main(["audit", "--ledger", any_ledger_uri, str(root)]) == 1
     out, err = capsys.readouterr()
     assert "MISMATCH" in out and "r1" in out and "audit FAILED" in out and "mismatch: release r1" in err
+
+
+def test_a_whitened_tensor_release_is_replanned_from_its_declared_parameters():
+    from spark_dp.audit import _tensor_mismatches
+    from spark_dp.tensor.whiten import whitened_rows_plan
+
+    plan = whitened_rows_plan(epsilon=2.0, delta=1e-6, k=2, L=3, R=4, norm_bound=1.5, mode="reuse",
+                              neighbors="replace", max_rows_per_unit=2)
+    manifest = {"task": "tensor_decomposition", "mechanism": "private_power_method",
+                "params": {"k": 2, "restarts": 3, "iterations": 4, "calibration": "exact", "whiten": True,
+                           "mode": "reuse"},
+                "privacy": {"epsilon": 2.0, "delta": 1e-6, "neighbors": "replace", "norm_bound": 1.5,
+                            "max_rows_per_unit": 2, "second_moment_sigma": plan.sigma,
+                            "sensitivity": {"second_moment": plan.sensitivity, "power_passes": "f*m*sqrt(L)*B_y^3"},
+                            "noise_multiplier": plan.noise_multiplier}}
+    assert _tensor_mismatches(manifest, list(plan.events)) == []
+    manifest["privacy"]["second_moment_sigma"] *= 0.5
+    assert any(m.startswith("second_moment_sigma=") for m in _tensor_mismatches(manifest, list(plan.events)))
+    manifest["privacy"]["second_moment_sigma"] = plan.sigma
+    assert "the ledger charged 2" in _tensor_mismatches(manifest, list(plan.events)[:2])[0]
+    del manifest["params"]["iterations"]
+    assert "cannot be recomputed" in _tensor_mismatches(manifest, list(plan.events))[0]

@@ -7,10 +7,12 @@ and run the job the way a user would, in a subprocess:
 * Spark Connect: ``SPARK_REMOTE=sc://… python -m spark_dp.cli.main release``;
   plus a probe that runs library code in a client where SparkContext cannot
   start, since Connect (Databricks serverless, shared clusters) has none.
-* Standalone: ``spark-submit --master spark://… --py-files spark_dp.zip
-  jobs/release.py`` with the package *shipped*: driver and executors run an
-  interpreter that cannot see the editable install, so they import spark_dp
-  from the zip or fail.
+* Standalone: the README's spark-submit lines, with what ``make dist`` builds
+  (scripts/dist.sh: the wheel and the packed environment ``spark-dp-env.tar.gz``):
+  ``--archives dist/spark-dp-env.tar.gz#environment`` with
+  ``PYSPARK_PYTHON=./environment/bin/python``, the driver on the same archive
+  unpacked locally. Driver and executors run an interpreter that cannot see
+  the editable install, so they import spark_dp from the archive or fail.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import ast
 import json
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -33,8 +36,6 @@ from tests._servers import (
     REPO,
     SPARK_HOME,
     StandaloneCluster,
-    build_package_zip,
-    isolated_python,
     run_client,
     spark_env,
 )
@@ -228,39 +229,41 @@ def test_demo_release_over_spark_connect(tmp_path, connect_server):
           f"release {first.seconds:.1f} s, re-run {second.seconds:.1f} s, test body {time.monotonic() - t0:.1f} s")
 
 
-def test_demo_release_on_standalone_cluster_with_shipped_package(tmp_path, standalone_cluster):
+def test_demo_release_on_standalone_cluster_with_packed_environment(tmp_path, standalone_cluster, dist_artifacts):
     t0 = time.monotonic()
     data = tmp_path / "demo.parquet"
     make_demo_data(str(data))
     config = write_job_config(tmp_path, "deploy-cluster-001", data)
-    package = build_package_zip(tmp_path / "ship" / "spark_dp.zip")
+    _, archive = dist_artifacts
 
-    # The editable install (a .pth import hook) lets any venv interpreter import spark_dp
-    # from the source tree, which would hide a package that was never shipped. Driver and
-    # executors therefore run the venv python through a wrapper that skips .pth hooks but
-    # keeps site-packages: spark_dp can only come from --py-files.
-    python_log = tmp_path / "python-starts.log"
-    python = isolated_python(tmp_path / "bin" / "python-isolated", log=python_log)
-    check = run_client([str(python), "-c", "import numpy, pyarrow, scipy, yaml, pyspark, opendp, dp_accounting\n"
-                        "try:\n import spark_dp\nexcept ImportError:\n pass\n"
-                        "else:\n raise SystemExit('spark_dp importable without shipping: ' + spark_dp.__file__)"],
-                       env=spark_env(tmp_path / "check-local"), cwd=tmp_path / "check", name="isolation-check",
-                       timeout=60)
+    # The README's client-mode steps, in the driver's working directory: the archive unpacked
+    # as ./environment is the driver's Python; --archives unpacks it as ./environment in
+    # every executor's directory. That Python is a venv of the base interpreter: neither the
+    # project venv nor its editable install of spark_dp is visible to it.
+    driver = tmp_path / "driver"
+    (driver / "environment").mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(driver / "environment", filter="tar")
+    python = "./environment/bin/python"
+    check = run_client([python, "-c", "import spark_dp, sys; print(spark_dp.__file__); print(sys.prefix)"],
+                       env=spark_env(tmp_path / "check-local"), cwd=driver, name="driver-python", timeout=60)
     assert check.returncode == 0, check.describe()
-    python_log.unlink(missing_ok=True)
+    where, prefix = check.stdout.split()
+    assert Path(where).resolve().is_relative_to((driver / "environment").resolve()), f"spark_dp from {where}"
+    assert Path(prefix).resolve() == (driver / "environment").resolve(), prefix
 
     (tmp_path / "executor-tmp").mkdir()
-    env = spark_env(tmp_path / "driver-local", PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python))
+    env = spark_env(tmp_path / "driver-local", PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python)
     submit = run_client(
         [str(SPARK_HOME / "bin" / "spark-submit"), "--master", standalone_cluster.url,
-         "--name", "spark-dp deploy test", "--py-files", str(package),
+         "--name", "spark-dp deploy test", "--archives", f"{archive}#environment",
          "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
          "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=1g",
          "--conf", "spark.executorEnv.OPENBLAS_NUM_THREADS=1",
          "--conf", f"spark.executor.extraJavaOptions=-Djava.io.tmpdir={tmp_path / 'executor-tmp'}",
          "--conf", f"spark.sql.warehouse.dir={tmp_path / 'warehouse'}",
          str(REPO / "jobs" / "release.py"), str(config)],
-        env=env, cwd=tmp_path / "driver", name="spark-submit")
+        env=env, cwd=driver, name="spark-submit")
     assert submit.returncode == 0, submit.describe(standalone_cluster)
 
     s = summary_of(submit)
@@ -270,14 +273,11 @@ def test_demo_release_on_standalone_cluster_with_shipped_package(tmp_path, stand
     (status,) = open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}").status(DATASET_ID)
     assert status.releases == 1
 
-    # The zip was shipped to the executors, and Python ran there (through the wrapper).
+    # The archive was unpacked in the executors' directories; their Python workers could only
+    # import spark_dp (the release's mapInArrow pass needs it) from there.
     worker_dirs = [d.resolve() for d in standalone_cluster.worker_dirs]
-    shipped = [p for d in worker_dirs for p in d.glob("*/*/spark_dp.zip")]
-    assert shipped, "no executor received spark_dp.zip" + standalone_cluster.log_tails()
-    starts = [line.split(" ", 1)[1] for line in python_log.read_text().splitlines()]
-    on_executors = [c for c in starts if any(Path(c).resolve().is_relative_to(d) for d in worker_dirs)]
-    assert on_executors, f"no Python worker started in an executor directory; starts: {starts}" + \
-        standalone_cluster.log_tails()
+    unpacked = [p for d in worker_dirs for p in d.glob("*/*/environment/bin/python")]
+    assert unpacked, "no executor unpacked the environment archive" + standalone_cluster.log_tails()
     print(f"\n[deploy] standalone: cluster ready in {standalone_cluster.startup_seconds:.1f} s, "
           f"spark-submit {submit.seconds:.1f} s, test body {time.monotonic() - t0:.1f} s, "
-          f"executors with the zip: {len(shipped)}")
+          f"executors with the environment: {len(unpacked)}")

@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -13,6 +11,7 @@ import pytest
 import spark_dp
 from spark_dp.cli.main import main as cli_main
 from spark_dp.privacy import open_ledger
+from tests._crash_job import run_crash_job
 from tests._jobs import DELETE, charges, override, write_config, written
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -158,12 +157,7 @@ def test_limit_mismatch_is_refused_before_spark(spark, tmp_path, capsys):
     assert charges(tmp_path) == 1
 
 
-def _run_job_subprocess(config_path, fault):
-    """Runs the release job in a subprocess that SIGKILLs itself at ``fault`` (see tests/_crash_job.py)."""
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    env.pop("SPARK_REMOTE", None)
-    return subprocess.run([sys.executable, "-m", "tests._crash_job", fault, "release", config_path],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+_run_job_subprocess = run_crash_job  # the release job in a subprocess that SIGKILLs itself (tests/_crash_job.py)
 
 
 @pytest.mark.parametrize("fault", ["after_charge", "during_write"])

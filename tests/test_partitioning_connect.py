@@ -8,15 +8,9 @@ frame plan their exchanges with the rule's count while the session's
 ``spark.sql.shuffle.partitions`` is 37.
 """
 
-import json
 import re
-import shutil
-import sys
-from pathlib import Path
 
-from tests._servers import run_client, spark_env
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests._servers import run_connect_client
 
 CLIENT = r'''
 import json, re, sys, tempfile
@@ -49,15 +43,8 @@ print(json.dumps(out))
 
 
 def test_rule_and_vector_column_over_spark_connect(tmp_path, connect_server):
-    script = tmp_path / "client.py"
-    script.write_text(CLIENT)
     # The client and the server's workers run this checkout's spark_dp (not the installed one).
-    package = shutil.make_archive(str(tmp_path / "spark_dp_pkg"), "zip", root_dir=ROOT, base_dir="spark_dp")
-    env = spark_env(tmp_path / "client-local", SPARK_REMOTE=connect_server.url, PYTHONPATH=str(ROOT))
-    run = run_client([sys.executable, str(script), package], env=env, cwd=tmp_path / "client",
-                     name="partitioning-connect")
-    assert run.returncode == 0, run.describe(connect_server)
-    out = json.loads(run.stdout.strip().splitlines()[-1])
+    out = run_connect_client(tmp_path, connect_server, CLIENT, name="partitioning-connect")
     assert out["estimate"] is not None and 800_000 <= out["estimate"] <= 3_200_000
     assert out["slots"] == 2  # the server's local[2], read from the conf
     assert 1 <= out["rule"] <= 2

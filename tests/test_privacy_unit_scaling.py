@@ -88,7 +88,7 @@ def _sm(mechanism="analyze_gauss"):
 def _reg(mechanism):
     cols = FEATURES[:16] if mechanism == "adassp" else FEATURES[:13]
     return lambda dp, df, **kw: dp.linear_regression(df, cols, "y", epsilon=EPS, delta=DELTA, norm_bound=B,
-                                                     mechanism=mechanism, **kw)
+                                                     mechanism=mechanism, fit_intercept=False, **kw)
 
 
 def _pca(mechanism="analyze_gauss"):

@@ -64,6 +64,7 @@ def test_noise_free_path_equals_numpy(data, tmp_path):
     assert np.allclose(m, X.T @ X, atol=1e-10)
     # Wishart with a zero G is exact too
     assert np.allclose(api.second_moment(s, df, COLS, mechanism="wishart", **kw)["matrix"], X.T @ X, atol=1e-10)
+    kw["fit_intercept"] = False  # the fit through the origin, compared with numpy's
     rel = api.linear_regression(s, df, COLS, "y", **kw)
     assert np.allclose(rel["coefficients"], np.linalg.lstsq(X, A[:, 3], rcond=None)[0], atol=1e-8)
     assert rel.manifest["solution"]["solver"] == "cholesky" and rel.manifest["label"] == "y"
@@ -72,6 +73,7 @@ def test_noise_free_path_equals_numpy(data, tmp_path):
     rel = api.linear_regression(s, df, COLS, "y", mechanism="adassp", **kw)
     lam = rel["lambda"][0]
     assert np.allclose(rel["coefficients"], np.linalg.solve(X.T @ X + lam * np.eye(3), X.T @ A[:, 3]), atol=1e-8)
+    del kw["fit_intercept"]
     rel = api.pca(s, df, COLS, 2, **kw)
     vals, vecs = np.linalg.eigh(X.T @ X)
     assert np.allclose(rel["eigenvalues"], vals[::-1][:2])
@@ -126,7 +128,8 @@ def test_every_mechanism_releases_once(data, tmp_path, mechanism):
     kw = dict(epsilon=1.0, delta=1e-6, norm_bound=1.0, mechanism=mechanism, release_id=f"r-{mechanism}")
     rows = 40 if mechanism == "jl_ridge" else None
     rel = api.linear_regression(s, df, COLS, "y", projection_rows=rows, **kw)
-    assert rel["coefficients"].shape == (3,) and rel["matrix"].shape == (4, 4)
+    # the default intercept: the constant column sits before the label
+    assert rel["coefficients"].shape == (3,) and rel["intercept"].shape == (1,) and rel["matrix"].shape == (5, 5)
     assert np.all(np.isfinite(rel["coefficients"]))
     pv = rel.privacy
     assert pv["epsilon"] == 1.0 and pv["events"] and pv["theorem_neighbors"]
@@ -142,7 +145,7 @@ def test_every_mechanism_releases_once(data, tmp_path, mechanism):
 def test_singular_results_fall_back_not_fail(spark, tmp_path):
     df = spark.createDataFrame(pd.DataFrame({"x1": [0.1, 0.2, 0.3], "x2": [0.0, 0.0, 0.0], "y": [0.2, 0.4, 0.6]}))
     s = _session(tmp_path, ZeroSampler())
-    rel = api.linear_regression(s, df, ["x1", "x2"], "y", epsilon=1.0, delta=1e-6, norm_bound=1.0)
+    rel = api.linear_regression(s, df, ["x1", "x2"], "y", epsilon=1.0, delta=1e-6, norm_bound=1.0, fit_intercept=False)
     assert rel.manifest["solution"]["solver"] == "psd_pinv"
     assert np.allclose(rel["coefficients"], [2.0, 0.0])
     # an indefinite noisy matrix (Analyze Gauss at tiny n) also yields finite coefficients

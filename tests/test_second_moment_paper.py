@@ -120,7 +120,7 @@ def test_paper_analyze_gauss_release_charges_what_it_guarantees(data, tmp_path):
     s = _session(tmp_path)
     eps = 0.5
     rel = api.linear_regression(s, df, COLS, "y", epsilon=eps, delta=DELTA, norm_bound=B, calibration="paper",
-                                postprocess="shift", release_id="ag-paper")
+                                postprocess="shift", release_id="ag-paper", fit_intercept=False)
     pv = rel.privacy
     assert pv["events"] == [{"type": "gaussian", "noise_multiplier": pytest.approx(paper_z(eps, DELTA))}]
     assert pv["noise_sigma"] == pytest.approx(paper_z(eps, DELTA) * B**2)
@@ -131,7 +131,7 @@ def test_paper_analyze_gauss_release_charges_what_it_guarantees(data, tmp_path):
     assert spent < compose_epsilon([GaussianEvent(noise_multiplier=gaussian_noise_multiplier(eps, DELTA))], 1e-3)
     assert _charged(s) == 1
     again = api.linear_regression(s, df, COLS, "y", epsilon=eps, delta=DELTA, norm_bound=B, calibration="paper",
-                                  postprocess="shift", release_id="ag-paper")
+                                  postprocess="shift", release_id="ag-paper", fit_intercept=False)
     assert again.reused and _charged(s) == 1
 
 

@@ -177,8 +177,13 @@ def test_every_family_releases_its_error_bars(spark, tmp_path):
     p = dp.pca(df, ["x1", "x2", "x3"], 2, norm_bound=1.0, **kw)
     assert {u.kind for u in (p.uncertainty["eigenvalues"], p.uncertainty["eigenvectors"])} == {"bound"}
     assert 0 <= p.manifest["accuracy"]["subspace_sin_theta_bound"] <= 1
-    reg = dp.linear_regression(df, ["x1", "x2"], "x3", norm_bound=1.0, mechanism="adassp", **kw)
+    # AdaSSP's xtx/xty intervals are in the noise's units: a release without the intercept column (with it,
+    # the arrays are mapped to the data's units and the regression's bootstrap intervals apply instead)
+    reg = dp.linear_regression(df, ["x1", "x2"], "x3", norm_bound=1.0, mechanism="adassp", fit_intercept=False, **kw)
     assert {"xtx", "xty"} <= set(reg.uncertainty) and "lambda" not in reg.uncertainty
+    reg = dp.linear_regression(df, ["x1", "x2"], "x3", norm_bound=1.0, **kw)  # the default intercept
+    assert {"coefficients", "intercept"} <= set(reg.uncertainty)
+    assert reg.uncertainty["intercept"].covers == "noise+sampling"
     sk = dp.count_sketch(df, "q", repetitions=3, buckets=16, **kw)
     assert "sketch" in sk.uncertainty and 0 < sk.manifest["heavy_hitters"]["false_positive_rate"] < 1
     from spark_dp.sketch import estimate_intervals

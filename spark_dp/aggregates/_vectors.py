@@ -8,8 +8,10 @@ which the kernels then treat under the declared ``nonfinite`` policy.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -58,19 +60,70 @@ def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def double_array(names: Sequence[str], *, nan_for_null: bool = False) -> Column:
+def double_array(names: Sequence[str], *, nan_for_null: bool = False, affine: Affine | None = None) -> Column:
     """``array(CAST(c AS DOUBLE), …)`` over ``names`` as ONE SQL expression.
 
     One expression string crosses to Spark whatever the number of columns
     (building it from d ``F.col(...).cast(...)`` objects costs tens of JVM
     round trips per column on classic Spark, and d nodes of plan messages on
-    Spark Connect). ``nan_for_null``: null values become NaN.
+    Spark Connect). ``nan_for_null``: null values become NaN. ``affine``:
+    bounded columns are clamped and scaled, and the constant 1.0 inserted,
+    inside the same expression (:class:`Affine`).
     """
     if nan_for_null:
         items = [f"coalesce(CAST({_quote(c)} AS DOUBLE), CAST('NaN' AS DOUBLE))" for c in names]
     else:
         items = [f"CAST({_quote(c)} AS DOUBLE)" for c in names]
+    if affine is not None:
+        if len(affine.bounds) != len(items):
+            raise ValueError(f"bug: {len(affine.bounds)} bounds for {len(items)} columns")
+        items = [item if b is None else _scaled(item, b) for item, b in zip(items, affine.bounds, strict=True)]
+        if affine.constant_at is not None:
+            items.insert(affine.constant_at, _double(affine.constant_value))
     return F.expr(f"array({', '.join(items)})")
+
+
+@dataclass(frozen=True)
+class Affine:
+    """Public per-column bounds applied while the vector is built (one SQL expression, no per-column calls).
+
+    ``bounds[i]`` is ``(lo, hi)`` for the i-th column or None (the column as
+    is). A bounded value v becomes (min(max(v, lo), hi) − c)/h with c = (lo + hi)/2
+    and h = (hi − lo)/2, so it lies in [−1, 1] (the interval's centre at 0).
+    NaN, ±inf and null are left as they are, so the declared ``nonfinite``
+    policy sees them exactly as without bounds (``zero`` then sets the scaled
+    entry to 0, i.e. the centre of its bounds). ``constant_at``: index at
+    which the element ``constant_value`` is inserted (the intercept / shift
+    column); d grows by one.
+    """
+
+    bounds: tuple[tuple[float, float] | None, ...]
+    constant_at: int | None = None
+    constant_value: float = 1.0
+
+    def __post_init__(self) -> None:
+        for b in self.bounds:
+            if b is not None and not (math.isfinite(b[0]) and math.isfinite(b[1]) and b[0] < b[1]):
+                raise ValueError(f"bug: bounds must be finite with lo < hi, got {b!r}")
+        if self.constant_at is not None and not 0 <= self.constant_at <= len(self.bounds):
+            raise ValueError(f"bug: constant_at {self.constant_at} outside 0..{len(self.bounds)}")
+
+    @property
+    def extra(self) -> int:
+        """Elements added to the vector (the constant column)."""
+        return 0 if self.constant_at is None else 1
+
+
+def _double(value: float) -> str:
+    return f"CAST('{float(value)!r}' AS DOUBLE)"
+
+
+def _scaled(item: str, bounds: tuple[float, float]) -> str:
+    """SQL: ``item`` clamped to ``bounds`` and mapped to [-1, 1]; null/NaN/±inf unchanged."""
+    lo, hi = bounds
+    centre, half = (lo + hi) / 2.0, (hi - lo) / 2.0
+    return (f"CASE WHEN {item} IS NULL OR isnan({item}) OR abs({item}) = {_double(math.inf)} THEN {item} "
+            f"ELSE (least(greatest({item}, {_double(lo)}), {_double(hi)}) - {_double(centre)}) / {_double(half)} END")
 
 
 def vectorize(
@@ -81,6 +134,7 @@ def vectorize(
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
     selection_secret: int | None = None,
+    affine: Affine | None = None,
 ) -> tuple[DataFrame, int]:
     """Returns ``(frame, d)``: a frame of one ``array<double>`` column of length d.
 
@@ -103,10 +157,13 @@ def vectorize(
         max_rows_per_unit: the contribution bound m.
         selection_secret: the key of that hash; None (the default) draws a
             fresh one from OS entropy for this frame. Never log it.
+        affine: public per-column bounds and a constant column
+            (:class:`Affine`; several numeric columns only); d counts the
+            constant.
     """
     return vector_frame(
         df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,
-        selection_secret=selection_secret, _normalize=True,
+        selection_secret=selection_secret, affine=affine, _normalize=True,
     )
 
 
@@ -146,6 +203,7 @@ def vector_frame(
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
     selection_secret: int | None = None,
+    affine: Affine | None = None,
     _normalize: bool = False,
 ) -> tuple[DataFrame, int]:
     """Like :func:`vectorize`, without the JVM-side normalisation of bad rows.
@@ -158,22 +216,31 @@ def vector_frame(
     saves a projection that copies every array.
 
     Schema problems raise here, before any Spark job. ``privacy_unit``,
-    ``max_rows_per_unit`` and ``selection_secret`` as for :func:`vectorize`
-    (the selection hashes this frame's vector, as the kernels receive it).
+    ``max_rows_per_unit``, ``selection_secret`` and ``affine`` as for
+    :func:`vectorize` (the selection hashes this frame's vector, as the
+    kernels receive it).
     """
     fields, d = vector_columns(df, columns, dimension)
     f = fields[0]
-    if _is_vector_udt(f.dataType):
+    array_layout = len(fields) == 1 and (isinstance(f.dataType, T.ArrayType) or _is_vector_udt(f.dataType))
+    if affine is not None:
+        if array_layout:
+            raise ConfigError(f"The 'bounds' parameter applies to numeric columns only; column {f.name!r} is an "
+                              "array or vector (give its elements as columns).")
+        d += affine.extra
+    if affine is not None:
+        arr: Column = double_array([f.name for f in fields], nan_for_null=_normalize, affine=affine)
+    elif _is_vector_udt(f.dataType):
         from pyspark.ml.functions import vector_to_array
 
-        arr: Column = vector_to_array(F.col(f.name), dtype="float64")
+        arr = vector_to_array(F.col(f.name), dtype="float64")
     elif isinstance(f.dataType, T.ArrayType) and isinstance(f.dataType.elementType, T.DoubleType):
         arr = F.col(f.name)
     elif isinstance(f.dataType, T.ArrayType):
         arr = F.col(f.name).cast(T.ArrayType(T.DoubleType()))
     else:
         arr = double_array([f.name for f in fields], nan_for_null=_normalize)
-    if _normalize and (isinstance(f.dataType, T.ArrayType) or _is_vector_udt(f.dataType)):
+    if _normalize and array_layout:
         arr = F.when(F.size(arr) == d, arr).otherwise(F.array_repeat(F.lit(float("nan")), d))
 
     if privacy_unit is not None:

@@ -26,6 +26,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from spark_dp._compat import to_arrow
 from spark_dp.aggregates._blocks import GramAccumulator, list_to_block
 from spark_dp.aggregates._parquet_tasks import (
     Unit,
@@ -37,6 +38,7 @@ from spark_dp.aggregates._parquet_tasks import (
     units_of,
 )
 from spark_dp.aggregates._vectors import (
+    Affine,
     check_nonfinite,
     check_unit,
     schema_of,
@@ -95,7 +97,7 @@ def gram_partials_fn(d: int, norm_bound: float, nonfinite: str) -> Callable[[Ite
 def sum_partials(frame: DataFrame, d: int) -> np.ndarray:
     """Sums the partials on the driver; returns the full symmetric matrix."""
     total = np.zeros((d, d), dtype=np.float64)
-    table = frame.toArrow()
+    table = to_arrow(frame)
     for value in table.column("partial").to_pylist():
         total += np.frombuffer(value, dtype=np.float64).reshape(d, d)
     return total + np.triu(total, 1).T
@@ -110,6 +112,7 @@ def gram_matrix(
     dimension: int | None = None,
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
+    affine: Affine | None = None,
 ) -> np.ndarray:
     """Exact AᵀA (d × d, float64) of the rows of ``df`` after clipping.
 
@@ -123,6 +126,9 @@ def gram_matrix(
         dimension: the vector length for an array/vector column.
         privacy_unit: optional unit column; see ``vectorize``.
         max_rows_per_unit: rows kept per unit.
+        affine: public column bounds (clamp and scale to [-1, 1]) and a
+            constant column, applied in the SQL expression building the
+            vector (:class:`~spark_dp.aggregates._vectors.Affine`).
 
     Returns:
         The symmetric matrix Σᵢ aᵢaᵢᵀ over the kept, clipped rows (zeros for
@@ -135,7 +141,8 @@ def gram_matrix(
     """
     check_nonfinite(nonfinite)
     frame, d = vector_frame(
-        df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit
+        df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,
+        affine=affine,
     )
     with _arrow_batch_bytes(frame.sparkSession):
         return sum_partials(frame.mapInArrow(gram_partials_fn(d, float(norm_bound), nonfinite), _PARTIAL_SCHEMA), d)

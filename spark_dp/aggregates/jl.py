@@ -58,6 +58,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_dp._compat import to_arrow
 from spark_dp.aggregates._blocks import apply_nonfinite, batch_to_block, clip_rows
 from spark_dp.aggregates._partitioning import partitions_for
 from spark_dp.aggregates._vectors import (
@@ -240,6 +241,7 @@ def jl_projection(
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
     row_ids: str = "content",
+    affine=None,
 ) -> np.ndarray:
     """R·A (r × d) for the clipped rows of ``df[columns]``, R drawn from ``key``.
 
@@ -253,17 +255,20 @@ def jl_projection(
         row_ids: ``content`` (default; partition-independent, one shuffle of
             the distinct rows) or ``partition`` (no shuffle; depends on the
             partitioning), see the module doc.
+        affine: public column bounds and a constant column, as for
+            :func:`~spark_dp.aggregates.gram_matrix`.
 
     Returns:
         The r × d float64 matrix Σᵢ R[:, i]·aᵢᵀ (zeros for an empty input).
     """
     check_nonfinite(nonfinite)
-    frame, d = vectorize(df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit)
+    frame, d = vectorize(df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,
+                         affine=affine)
     if row_ids not in ROW_IDS:
         raise ValueError(f"unknown row_ids {row_ids!r}; expected one of {list(ROW_IDS)}")
     ids = row_id_frame(frame, vector_partitions(df, columns, d, privacy_unit)) if row_ids == "content" else frame
     out = ids.mapInArrow(jl_partials_fn(d, int(r), float(norm_bound), nonfinite, int(key), row_ids), _PARTIAL_SCHEMA)
     total = np.zeros((r, d), dtype=np.float64)
-    for value in out.toArrow().column("partial").to_pylist():
+    for value in to_arrow(out).column("partial").to_pylist():
         total += np.frombuffer(value, dtype=np.float64).reshape(r, d)
     return total

@@ -45,6 +45,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from spark_dp._compat import to_arrow
 from spark_dp.aggregates._blocks import CHUNK_BYTES, apply_nonfinite, batch_to_block, clip_rows
 from spark_dp.aggregates._parquet_tasks import (
     Unit,
@@ -243,7 +244,7 @@ def third_moment_sums(
         if pass_index is not None:
             src = src.where(F.col(PASS_COL) == int(pass_index))
         src = src.select(VECTOR_COL)
-        parts = src.mapInArrow(moment_partials_fn(U, float(norm_bound), nonfinite), _PARTIAL_SCHEMA).toArrow()
+        parts = to_arrow(src.mapInArrow(moment_partials_fn(U, float(norm_bound), nonfinite), _PARTIAL_SCHEMA))
         total = np.zeros(d * L + L + 1)
         for value in parts.column("partial").to_pylist():
             total += np.frombuffer(value, dtype=np.float64)
@@ -265,7 +266,7 @@ def second_moment_sums(
         total = frame.run_pass(None, d * d, norm_bound=B, nonfinite=nonfinite)
     else:
         partials = _partials_fn(lambda: _SecondMoment(d), d, B, nonfinite)
-        parts = frame.select(VECTOR_COL).mapInArrow(partials, _PARTIAL_SCHEMA).toArrow()
+        parts = to_arrow(frame.select(VECTOR_COL).mapInArrow(partials, _PARTIAL_SCHEMA))
         total = np.zeros(d * d + 1)
         for value in parts.column("partial").to_pylist():
             total += np.frombuffer(value, dtype=np.float64)
@@ -338,7 +339,7 @@ class ParquetRows:
         if self.tasks:
             fn = parquet_moment_fn(self.tasks, self.columns, self.layout, self.d, norm_bound, nonfinite, U,
                                    self.cache_bytes)
-            parts = task_ids(self.spark, self.tasks).mapInArrow(fn, _PARTIAL_SCHEMA).toArrow()
+            parts = to_arrow(task_ids(self.spark, self.tasks).mapInArrow(fn, _PARTIAL_SCHEMA))
             for value in parts.column("partial").to_pylist():
                 part = np.frombuffer(value, dtype=np.float64)
                 total += part[: width + 1]
@@ -526,5 +527,5 @@ def clear_worker_cache(spark: SparkSession, uris: Sequence[str] | None = None, *
         gone = wc.CACHE.drop_where(lambda k: keep is None or k[0] in keep) + wc.HOST.drop_uris(wanted)
         yield pa.RecordBatch.from_arrays([pa.array([gone], type=pa.int64())], names=["n"])
 
-    out = spark.range(0, n, 1, numPartitions=n).mapInArrow(drop, "n long").toArrow()
+    out = to_arrow(spark.range(0, n, 1, numPartitions=n).mapInArrow(drop, "n long"))
     return int(sum(out.column("n").to_pylist()))

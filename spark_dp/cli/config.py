@@ -213,7 +213,7 @@ class PrivacyConfig:
 
     epsilon: float | None  # None only with mode "none"
     delta: float | None
-    norm_bound: float | None
+    norm_bound: float | str | None  # "auto" where the task allows it (TaskSpec.norm_bound_auto)
     neighbors: str = "add_remove"
     sampler: str = "secure"
     extra: dict = field(default_factory=dict)  # task-specific keys (TaskSpec.privacy_keys)
@@ -237,6 +237,8 @@ def _read_privacy(raw: dict, spec) -> PrivacyConfig:
                 raise ConfigError(f"The 'privacy.{key}' parameter has no meaning with 'privacy.mode: none' "
                                   "(nothing is private or charged); remove it.")
     decl = {**PRIVACY, "neighbors": Key(P.Options(spec.neighbors), PRIVACY["neighbors"].default)}
+    if spec.norm_bound_auto:  # a number or "auto" (chosen privately from the data; TaskSpec.norm_bound_auto)
+        decl["norm_bound"] = Key(P.PARAMS["norm_bound_or_auto"])
     return PrivacyConfig(**_checked(pv, "privacy", decl), extra=_task_keys(pv, "privacy", spec.privacy_keys))
 
 

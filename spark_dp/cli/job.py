@@ -13,10 +13,11 @@ import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 
+from spark_dp._compat import supports_job_tags
 from spark_dp.cli.config import LARGE_EPSILON, JobConfig
 from spark_dp.privacy.ledger import UnitDeclaration
 from spark_dp.release import Release, write_release_table
-from spark_dp.release.pipeline import unit_of
+from spark_dp.release.pipeline import note_input_change, unit_of
 from spark_dp.release.preview import Preview, active_dry_run, dry_run
 from spark_dp.session import DPSession
 
@@ -120,6 +121,8 @@ def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
     # A release id seen before never needs Spark: answer from the ledger.
     if config.release_id is not None:
         release = session.stored_release(config.release_id, config_sha256=config.sha256)
+        if release is not None:  # still say whether the input changed since (file inputs: no Spark needed)
+            note_input_change(release, _input_lineage(config, spark))
     if release is None:
         # Over budget → fail here, before Spark starts (the release path checks again).
         if config.privacy.mode != "none":  # a non-private run charges nothing (the API refuses budgeted datasets)
@@ -138,6 +141,26 @@ def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
     return release
 
 
+def _input_lineage(config: JobConfig, spark) -> dict | None:
+    """The job input's lineage without a Spark job: files listed with pyarrow; a table only given a session."""
+    from spark_dp.params import TABLE
+    from spark_dp.release.lineage import input_lineage, path_lineage
+
+    try:
+        if config.dataset.format != TABLE:
+            return path_lineage(config.dataset.path)
+        if spark is None:
+            log.info("release %s: input table %s not checked for changes (the re-run does not start Spark)",
+                     config.release_id, config.dataset.path)
+            return None
+        from spark_dp.aggregates import read_dataset
+
+        return input_lineage(read_dataset(spark, config.dataset.path, TABLE, config.dataset.options))
+    except Exception as exc:  # noqa: BLE001 - lineage is metadata: never fail a re-run over it
+        log.info("release %s: input lineage not computed (%s)", config.release_id, type(exc).__name__)
+        return None
+
+
 def get_spark(app_name: str):
     """The job's SparkSession (classic, or Spark Connect with SPARK_REMOTE); see :mod:`spark_dp.runtime`."""
     from spark_dp.runtime import get_spark as _get
@@ -147,14 +170,14 @@ def get_spark(app_name: str):
 
 @contextmanager
 def spark_tag(spark, tag: str):
-    """Tags the Spark jobs started inside (``SparkSession.addTag``: classic and Connect in Spark 4).
+    """Tags the Spark jobs started inside (``SparkSession.addTag``: classic and Connect in Spark 4, Connect only in 3.5).
 
     Tags show in the Spark UI's job properties (``spark.job.tags``) and let
     ``spark.interruptTag(tag)`` cancel a release. Commas are not allowed in
     tags and are replaced.
     """
     tag = tag.replace(",", ";")
-    if spark is None:
+    if spark is None or not supports_job_tags(spark):  # classic Spark 3.5 has no job tags
         yield
         return
     spark.addTag(tag)

@@ -3,7 +3,7 @@
     spark-dp release CONFIG                 run a release job (also: spark-submit jobs/release.py CONFIG)
     spark-dp release --dry-run [--n N] CONFIG   what it would cost and how accurate it would be (JSON; spends nothing)
     spark-dp ledger --uri URI [--dataset ID] [--set-limit EPS DELTA] [--set-lifetime-limit EPS DELTA]
-                    [--record-crash RELEASE_ID REASON] [--charges] [--export PATH.parquet] [--json]
+                    [--record-crash RELEASE_ID REASON] [--charges] [--export PATH.parquet|TABLE] [--json]
     spark-dp estimate RELEASE_DIR --items FILE            item,estimate,low,high CSV from a count_sketch release
     spark-dp heavy-hitters RELEASE_DIR [--candidates PATH] [--top N] [--threshold T]
     spark-dp plan run PLAN --date YYYY-MM-DD [--entry NAME ...] [--dry-run]   run (or preview) what a plan has due
@@ -58,6 +58,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
         "path": release.path,
         "table": config.output.table,
         "reused": release.reused,
+        "input_changed": release.input_changed,  # a reused release: its input changed since (None: cannot tell)
         "epsilon": release.privacy["epsilon"],
         "delta": release.privacy["delta"],
         "dataset_id": config.dataset.id,
@@ -101,8 +102,16 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     if args.record_crash:
         ledger.record_crash(args.record_crash[0], args.record_crash[1])
     if args.export:
-        from spark_dp.ledger_table import export_charges
+        from spark_dp.ledger_table import export_charges, export_charges_table, is_table_target
 
+        if is_table_target(args.export):  # a catalog table: through Spark (classic or Connect)
+            from spark_dp.params import check_table_name
+            from spark_dp.runtime import get_spark
+
+            check_table_name(args.export, key="--export")  # before Spark starts
+            n = export_charges_table(get_spark("spark-dp ledger export"), ledger, args.export)
+            print(json.dumps({"export": args.export, "table": True, "charges": n}))
+            return 0
         n = export_charges(ledger, args.export)
         print(json.dumps({"export": args.export, "charges": n}))
         return 0
@@ -244,11 +253,11 @@ def _add_sketch_commands(sub) -> None:
 
     p = sub.add_parser("estimate", help="frequency estimates with their noise intervals from a count_sketch "
                                          "release (item,estimate,low,high CSV)")
-    p.add_argument("release_dir", help="the release directory")
+    p.add_argument("release_dir", help="the release directory (a path or an s3://, gs://, abfss://, hdfs:// URI)")
     p.add_argument("--items", required=True, help="file with one item a line")
     p.set_defaults(func=_estimate)
     p = sub.add_parser("heavy-hitters", help="top items by estimate from a count_sketch release (item,estimate CSV)")
-    p.add_argument("release_dir", help="the release directory")
+    p.add_argument("release_dir", help="the release directory (a path or an s3://, gs://, abfss://, hdfs:// URI)")
     p.add_argument("--candidates", help="PUBLIC candidate items: a .txt file (one item a line), a dataset with the "
                    "item column, or a table name with --format table. Never the sketched data or anything derived "
                    "from it: the output lists the candidates that clear the threshold, so private candidates would "
@@ -345,8 +354,8 @@ def _add_report_command(sub) -> None:
         return 0
 
     p = sub.add_parser("report", help="write a Markdown/HTML report with plots for a release directory")
-    p.add_argument("release_dir", help="the release directory")
-    p.add_argument("--out", help="report file (.md or .html; default RELEASE_DIR/report.md)")
+    p.add_argument("release_dir", help="the release directory (a path or an s3://, gs://, abfss://, hdfs:// URI)")
+    p.add_argument("--out", help="report file (.md or .html, a path or URI; default RELEASE_DIR.report.md)")
     p.set_defaults(func=_report)
 
 
@@ -372,7 +381,7 @@ def _add_audit_command(sub) -> None:
     p = sub.add_parser("audit", help="check every release directory against the ledger's charges and every charge "
                                      "against the releases (exit 1 on orphans, mismatches, missing or unwritten)")
     p.add_argument("--ledger", required=True, help="ledger URI, e.g. sqlite:///releases/ledger.db")
-    p.add_argument("output_root", help="the output root the releases were written under (output.path)")
+    p.add_argument("output_root", help="the output root the releases were written under (output.path; a path or URI)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=_audit)
 
@@ -399,7 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record-crash", nargs=2, metavar=("RELEASE_ID", "REASON"),
                    help="record that a charged release failed before being written (the charge stands)")
     p.add_argument("--charges", action="store_true", help="list the charges (one per release) instead of datasets")
-    p.add_argument("--export", metavar="PATH", help="write every charge to a Parquet file (pyarrow; atomic)")
+    p.add_argument("--export", metavar="PATH_OR_TABLE",
+                   help="write every charge to a Parquet file (a path with '/' or ending in .parquet; pyarrow, atomic) "
+                        "or replace the catalog table TABLE (db.tbl; through Spark)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_ledger)
     _add_sketch_commands(sub)

@@ -4,26 +4,38 @@ Config (``params`` keys per task; all optional unless stated)::
 
     task: linear_regression          # second_moment | linear_regression | pca
     mechanism: wishart               # analyze_gauss | jl_ridge | wishart | inverse_wishart | adassp (regression)
-    dataset: {id: ..., path: ..., columns: [x1, x2, x3], label: y}     # label: linear_regression only
-    privacy: {epsilon: 1.0, delta: 1.0e-6, norm_bound: 1.0}
+    dataset: {id: ..., path: ..., columns: [x1, x2, x3], label: y,     # label: linear_regression only
+              bounds: {x1: [0, 5], x2: [-1, 1], x3: [0, 100], y: [0, 20]}}  # optional: public bounds, data units
+    privacy: {epsilon: 1.0, delta: 1.0e-6, norm_bound: 1.0}   # norm_bound: a number, auto, or omitted when every
+                                                              # column (label included) has bounds
     params: {postprocess: none, projection_rows: 400, dof: 500, calibration: exact, projection: gram, row_ids: content,
              public_n: 100000, prior_dof: 20,   # inverse_wishart with neighbors: replace (m = public_n + prior_dof)
              ridge: 0.0,            # linear_regression only
+             fit_intercept: true,   # linear_regression only; default true with dataset.bounds, false without
+             norm_bound_share: 0.1, norm_bound_quantile: 0.95,   # norm_bound: auto only (regression: 0.5)
              k: 3}                  # pca only (required)
+
+``params.fit_intercept`` defaults to true when ``dataset.bounds`` is given and
+to false otherwise (the API's default is true): a config written before
+intercepts existed keeps its results, its digest and its release id.
 """
 
 from __future__ import annotations
+
+import math
 
 from spark_dp import _validation as V
 from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError
+from spark_dp.privacy.quantile import plan_quantile
 from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.mechanisms import (
     PCA_MECHANISMS,
     REGRESSION_MECHANISMS,
     SECOND_MOMENT_MECHANISMS,
-    plan_mechanism,
+    bound_planner,
+    release_events,
 )
 
 OWNER = "the config"
@@ -32,7 +44,10 @@ _COMMON_PARAMS = {
     "postprocess": SM_PARAMS.validator("postprocess", OWNER),
     **{name: P.validator(name, OWNER) for name in ("projection_rows", "dof", "public_n", "prior_dof")},
     **{name: SM_PARAMS.validator(name, OWNER) for name in ("calibration", "row_ids", "projection")},
+    **{name: P.validator(name, OWNER) for name in ("norm_bound_share", "norm_bound_quantile")},
 }
+DEFAULT_SHARE = 0.1  # as the API's (spark_dp.second_moment.api; pyspark-free here)
+DEFAULT_QUANTILE = {"second_moment": 0.95, "pca": 0.95, "linear_regression": 0.5}
 
 
 def _dimension(config) -> int:
@@ -41,20 +56,51 @@ def _dimension(config) -> int:
     return d + (1 if config.task == "linear_regression" else 0)
 
 
-def _mechanism_plan(config):
-    p = config.params
-    return plan_mechanism(
-        config.mechanism, d=_dimension(config), epsilon=config.privacy.epsilon, delta=config.privacy.delta,
-        norm_bound=config.privacy.norm_bound, neighbors=config.privacy.neighbors,
+def _fit_intercept(config) -> bool:
+    """``params.fit_intercept``; default true with ``dataset.bounds``, false without (module docstring)."""
+    return config.params.get("fit_intercept", config.dataset.extra.get("bounds") is not None)
+
+
+def _size(config) -> int:
+    """Length of the vector: the columns plus the constant column (an intercept, or with bounds)."""
+    constant = config.dataset.extra.get("bounds") is not None or (
+        config.task == "linear_regression" and _fit_intercept(config))
+    return _dimension(config) + constant
+
+
+def _norm_bound(config):
+    """The norm bound as the API resolves it: the number, 'auto', or √size with every column bounded."""
+    nb = config.privacy.norm_bound
+    if nb is not None:
+        return nb
+    bounds = config.dataset.extra.get("bounds") or {}
+    names = list(config.dataset.columns) + ([config.dataset.extra["label"]]
+                                            if config.task == "linear_regression" else [])
+    if config.dataset.dimension is not None or any(c not in bounds for c in names):
+        raise ConfigError("Missing required key 'privacy.norm_bound' in the config (it may be omitted only when "
+                          "dataset.bounds covers every column, the label included; or give 'auto').")
+    return math.sqrt(_size(config))
+
+
+def _plan_for(config):
+    p, priv = config.params, config.privacy
+    nb = _norm_bound(config)
+    quantile = None if nb != "auto" else plan_quantile(
+        priv.epsilon * p.get("norm_bound_share", DEFAULT_SHARE), p.get("norm_bound_quantile", DEFAULT_QUANTILE[config.task]),
+        max_rows_per_unit=config.dataset.max_rows_per_unit, neighbors=priv.neighbors)
+    plan_for = bound_planner(
+        config.mechanism, size=_size(config), epsilon=priv.epsilon, quantile=quantile, owner=OWNER,
+        delta=priv.delta, neighbors=priv.neighbors,
         max_rows_per_unit=config.dataset.max_rows_per_unit, postprocess=p.get("postprocess", "none"),
         projection_rows=p.get("projection_rows"), dof=p.get("dof"), public_n=p.get("public_n"), prior_dof=p.get("prior_dof"),
         calibration=p.get("calibration", "exact"),
-        row_ids=p.get("row_ids", "content"), projection=p.get("projection", "gram"), owner=OWNER,
+        row_ids=p.get("row_ids", "content"), projection=p.get("projection", "gram"),
     )
+    return plan_for, nb, quantile
 
 
 def _plan(config):
-    return list(_mechanism_plan(config).events)
+    return release_events(*_plan_for(config))
 
 
 def _check(config) -> None:
@@ -72,13 +118,23 @@ def _check(config) -> None:
         if "k" not in config.params:
             raise ConfigError("Missing required key 'params.k' in the config (task pca).")
         V.check_int("params.k", config.params["k"], owner=OWNER, low=1, high=_dimension(config))
-    _mechanism_plan(config)
+    bounds = config.dataset.extra.get("bounds")
+    if bounds is not None:
+        names = list(config.dataset.columns) + [config.dataset.extra.get("label")]
+        unknown = [c for c in bounds if c not in names]
+        if unknown:
+            raise ConfigError(f"The 'dataset.bounds' parameter of the config names {unknown[0]!r}, which is not one "
+                              "of dataset.columns (or dataset.label).")
+    _plan(config)
 
 
 def _common_kwargs(config) -> dict:
     p = config.params
     return dict(
         epsilon=config.privacy.epsilon, delta=config.privacy.delta, norm_bound=config.privacy.norm_bound,
+        bounds=config.dataset.extra.get("bounds"),
+        norm_bound_share=p.get("norm_bound_share", DEFAULT_SHARE),
+        norm_bound_quantile=p.get("norm_bound_quantile", DEFAULT_QUANTILE[config.task]),
         mechanism=config.mechanism, release_id=config.release_id, confidence=config.output.confidence, neighbors=config.privacy.neighbors,
         postprocess=p.get("postprocess", "none"), nonfinite=config.dataset.nonfinite,
         privacy_unit=config.dataset.privacy_unit, max_rows_per_unit=config.dataset.max_rows_per_unit,
@@ -109,7 +165,8 @@ def _run_regression(session, config, spark):
     from spark_dp.second_moment.api import linear_regression
 
     return linear_regression(session, _read(config, spark), list(config.dataset.columns), config.dataset.extra["label"],
-                             ridge=config.params.get("ridge", 0.0), **_common_kwargs(config))
+                             ridge=config.params.get("ridge", 0.0), fit_intercept=_fit_intercept(config),
+                             **_common_kwargs(config))
 
 
 def _run_pca(session, config, spark):
@@ -125,17 +182,22 @@ SPEC = register(TaskSpec(
     params=dict(_COMMON_PARAMS),
     plan=_plan,
     run=_run_second_moment,
+    dataset_keys={"bounds": P.validator("bounds", OWNER)},
     check=_check,
+    requires_norm_bound=False,
+    norm_bound_auto=True,
 ))
 
 REGRESSION_SPEC = register(TaskSpec(
     name="linear_regression",
     mechanisms=REGRESSION_MECHANISMS,
-    params={**_COMMON_PARAMS, "ridge": P.validator("ridge", OWNER)},
+    params={**_COMMON_PARAMS, "ridge": P.validator("ridge", OWNER), "fit_intercept": P.validator("fit_intercept", OWNER)},
     plan=_plan,
     run=_run_regression,
-    dataset_keys={"label": SM_PARAMS.validator("label", OWNER)},
+    dataset_keys={"label": SM_PARAMS.validator("label", OWNER), "bounds": P.validator("bounds", OWNER)},
     check=_check,
+    requires_norm_bound=False,
+    norm_bound_auto=True,
 ))
 
 PCA_SPEC = register(TaskSpec(
@@ -144,5 +206,8 @@ PCA_SPEC = register(TaskSpec(
     params={**_COMMON_PARAMS, "k": P.validator("k", OWNER)},
     plan=_plan,
     run=_run_pca,
+    dataset_keys={"bounds": P.validator("bounds", OWNER)},
     check=_check,
+    requires_norm_bound=False,
+    norm_bound_auto=True,
 ))

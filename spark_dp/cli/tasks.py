@@ -40,6 +40,8 @@ class TaskSpec:
         privacy_keys: extra keys allowed in ``privacy`` (validators), in
             ``config.privacy.extra``.
         requires_norm_bound: whether ``privacy.norm_bound`` is required.
+        norm_bound_auto: whether ``privacy.norm_bound`` may be ``auto``
+            (chosen privately from the data; second-moment family).
         formats: accepted ``dataset.format`` values (None: the Spark formats).
         neighbors: accepted ``privacy.neighbors`` values.
         needs_spark: whether ``run`` needs a SparkSession.
@@ -58,6 +60,7 @@ class TaskSpec:
     dataset_keys: dict[str, Validator] = field(default_factory=dict)
     privacy_keys: dict[str, Validator] = field(default_factory=dict)
     requires_norm_bound: bool = True
+    norm_bound_auto: bool = False
     formats: tuple[str, ...] | None = None
     neighbors: tuple[str, ...] = ("add_remove", "replace")
     needs_spark: bool = True

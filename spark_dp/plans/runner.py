@@ -9,7 +9,6 @@ Merge entries are post-processing of stored releases and charge nothing.
 from __future__ import annotations
 
 import logging
-import os
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from datetime import date, timedelta
@@ -17,7 +16,7 @@ from datetime import date, timedelta
 from spark_dp.errors import BudgetExceededError, ConfigError, ReleaseConflictError, SparkDPError
 from spark_dp.plans.plan import Plan, PlanEntry, ledger_dataset_id, period_bounds, period_key, period_start
 from spark_dp.privacy.accountant import Budget
-from spark_dp.release import Release, load_release, write_release
+from spark_dp.release import Release, load_release, release_exists, storage, write_release
 
 log = logging.getLogger("spark_dp")
 
@@ -70,7 +69,7 @@ def _stored(plan: Plan, entry: PlanEntry, d: date) -> Release | None:
 
     config = plan.job_config(entry, d, check_paths=False)
     charge = session_for(config).ledger.lookup(config.release_id)
-    if charge is None or charge.location is None or not os.path.isfile(os.path.join(charge.location, "manifest.json")):
+    if charge is None or charge.location is None or not release_exists(charge.location):
         return None
     return load_release(charge.location)
 
@@ -121,8 +120,8 @@ def run_merge(plan: Plan, entry: PlanEntry, d: date) -> Release:
     rid = entry.release_id(plan.name, d)
     probe = plan.job_config(source, start, check_paths=False)
     root = probe.output.path
-    final = os.path.join(root, rid)
-    if os.path.isfile(os.path.join(final, "manifest.json")):
+    final = storage.join(root, rid)
+    if release_exists(final):
         rel = load_release(final)
         rel.reused = True
         return rel

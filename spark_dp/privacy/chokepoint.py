@@ -60,8 +60,8 @@ class Chokepoint:
         """Dry run: raises BudgetExceededError if the events do not fit."""
         return self.ledger.check(self.dataset_id, events, self.limit, unit=self.unit)
 
-    def charge(self, events: Sequence[Event], budget: Budget) -> Charge:
-        """Records the release's events durably; afterwards noise may be drawn."""
+    def charge(self, events: Sequence[Event], budget: Budget, *, lineage: dict | None = None) -> Charge:
+        """Records the release's events (and its input ``lineage``) durably; afterwards noise may be drawn."""
         if self.charge_record is not None:
             raise RuntimeError("a release is charged once")
         self.charge_record = self.ledger.charge(
@@ -72,6 +72,7 @@ class Chokepoint:
             budget=budget,
             limit=self.limit,
             unit=self.unit,
+            lineage=lineage,
         )
         self._pending = list(events)
         return self.charge_record

@@ -47,9 +47,10 @@ Guarantees, relied on by the chokepoint:
   that every charge has a written release or a recorded crash.
 
 Schema 3 adds ``lifetime_limits``, ``crashes``, ``charges.lifetime_epsilon``
-and ``limit_changes.scope``; ledgers of schema 1 or 2 are migrated in place
-on first open (their rows keep working; their charges have no recorded
-lifetime ε).
+and ``limit_changes.scope``; schema 4 adds ``charges.input``, the release's
+input lineage (:mod:`spark_dp.release.lineage`) as JSON. Ledgers of an
+earlier schema are migrated in place on first open (their rows keep working;
+their charges have no recorded lifetime ε or lineage: null).
 
 Composition of a dataset's charges is exact for Gaussian events and uses
 PLD otherwise (:mod:`spark_dp.privacy.accountant`); ε is reported at the
@@ -72,13 +73,14 @@ from spark_dp.errors import BudgetExceededError, ConfigError, LedgerError, Relea
 from spark_dp.privacy.accountant import Budget, compose_epsilon
 from spark_dp.privacy.events import Event, events_from_json, events_to_json
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Schema 2 adds the dataset's privacy unit (issue #12); schema 3 the lifetime
-# caps over renewing periods and the crash records (issue #16). Older ledgers
-# are migrated in place on first open, one step at a time (existing rows keep
-# working).
+# caps over renewing periods and the crash records, schema 4 the input lineage
+# of each charge (issue #16). Older ledgers are migrated in place on first
+# open, one step at a time (existing rows keep working).
 _UNIT_COLUMNS = (("privacy_unit", "TEXT"), ("max_per_unit", "INTEGER"), ("neighbors", "TEXT"))
 _SCHEMA_3_COLUMNS = (("charges", "lifetime_epsilon", "DOUBLE PRECISION"), ("limit_changes", "scope", "TEXT"))
+_SCHEMA_4_COLUMNS = (("charges", "input", "TEXT"),)
 PERIOD_SEPARATOR = "@"
 
 _SCHEMA = """
@@ -101,7 +103,8 @@ CREATE TABLE IF NOT EXISTS charges (
     epsilon        DOUBLE PRECISION NOT NULL,
     delta          DOUBLE PRECISION NOT NULL,
     created_at     TEXT NOT NULL,
-    lifetime_epsilon DOUBLE PRECISION
+    lifetime_epsilon DOUBLE PRECISION,
+    input          TEXT
 );
 CREATE TABLE IF NOT EXISTS releases (
     release_id TEXT PRIMARY KEY REFERENCES charges(release_id),
@@ -224,6 +227,7 @@ class Charge:
     location: str | None
     lifetime_epsilon: float | None = None  # the group's lifetime ε after this charge (None: no cap in force)
     crash: str | None = None  # the recorded reason it was never written (None: none recorded)
+    lineage: dict[str, Any] | None = None  # the release's input lineage (None: not recorded, before schema 4)
 
     @property
     def written(self) -> bool:
@@ -316,8 +320,8 @@ class Ledger:
                     for name, sqltype in _UNIT_COLUMNS:
                         if name not in have:
                             con.execute(f"ALTER TABLE datasets ADD COLUMN {name} {sqltype}")
-                # schema 2 → 3: lifetime ε per charge, the scope of a limit change
-                for table, name, sqltype in _SCHEMA_3_COLUMNS:
+                # schema 2 → 3: lifetime ε per charge, the scope of a limit change; 3 → 4: input lineage
+                for table, name, sqltype in _SCHEMA_3_COLUMNS + _SCHEMA_4_COLUMNS:
                     if name not in self._columns(con, table):
                         con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sqltype}")
                 con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
@@ -552,7 +556,7 @@ class Ledger:
 
     _CHARGE_SELECT = (
         "SELECT c.seq, c.release_id, c.dataset_id, c.request_sha256, c.events, c.epsilon, c.delta, "
-        "c.created_at, r.location, c.lifetime_epsilon, x.reason FROM charges c "
+        "c.created_at, r.location, c.lifetime_epsilon, x.reason, c.input FROM charges c "
         "LEFT JOIN releases r ON r.release_id = c.release_id LEFT JOIN crashes x ON x.release_id = c.release_id"
     )
 
@@ -569,6 +573,7 @@ class Ledger:
             location=row[8],
             lifetime_epsilon=None if row[9] is None else float(row[9]),
             crash=row[10],
+            lineage=None if row[11] is None else json.loads(row[11]),
         )
 
     def all_charges(self) -> list[Charge]:
@@ -625,10 +630,12 @@ class Ledger:
         budget: Budget,
         limit: Budget | None = None,
         unit: UnitDeclaration | None = None,
+        lineage: dict[str, Any] | None = None,
     ) -> Charge:
         """Atomically checks the limit, the group's lifetime cap (and ``unit``) and appends the charge.
 
-        Durable on return.
+        Durable on return. ``lineage``: what the release is computed from
+        (:mod:`spark_dp.release.lineage`; recorded as JSON, never checked).
         The first charge with a ``unit`` on a dataset declares it (in the
         same transaction); later ones must be covered by it.
         """
@@ -651,11 +658,12 @@ class Ledger:
             created = _now()
             seq = con.execute(
                 "INSERT INTO charges (release_id, dataset_id, request_sha256, events, epsilon, delta, created_at, "
-                "lifetime_epsilon) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+                "lifetime_epsilon, input) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
                 (release_id, dataset_id, request_sha256, events_to_json(list(events)), budget.epsilon, budget.delta,
-                 created, lifetime_eps),
+                 created, lifetime_eps, None if lineage is None else json.dumps(lineage, sort_keys=True)),
             ).fetchone()[0]
-        return Charge(seq, release_id, dataset_id, request_sha256, tuple(events), budget, created, None, lifetime_eps)
+        return Charge(seq, release_id, dataset_id, request_sha256, tuple(events), budget, created, None, lifetime_eps,
+                      lineage=None if lineage is None else dict(lineage))
 
     def mark_written(self, release_id: str, location: str) -> None:
         """Records that the charged release ``release_id`` was written at ``location``."""

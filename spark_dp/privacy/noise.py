@@ -64,6 +64,16 @@ class NoiseSampler:
         """A 128-bit secret key, e.g. for a counter-based generator on executors."""
         return secrets.randbits(128)
 
+    def noisy_min_index(self, scores: np.ndarray, scale: float, sensitivity: float) -> int:
+        """The index of the smallest of ``scores`` − Exp(scale) noise: report-noisy-max with exponential
+        noise (permute-and-flip; McKenna & Sheldon 2020), (2Δ/scale)-DP for scores of L∞ sensitivity Δ.
+        """
+        raise NotImplementedError
+
+    def _noisy_min(self, rng: np.random.Generator, scores: np.ndarray, scale: float) -> int:
+        scores = _check_inputs(scores, scale)
+        return int(np.argmin(scores - rng.exponential(scale, size=scores.size)))
+
     def describe(self) -> dict:
         return {"name": self.name, "private": self.private}
 
@@ -104,6 +114,18 @@ class SecureSampler(NoiseSampler):
     def laplace(self, values: np.ndarray, scale: float, l1_sensitivity: float) -> np.ndarray:
         # OpenDP's map gives ε for the Laplace: ε = Δ/b.
         return self._add(values, "laplace", scale, l1_sensitivity, l1_sensitivity / scale)
+
+    def noisy_min_index(self, scores: np.ndarray, scale: float, sensitivity: float) -> int:
+        """OpenDP's ``make_noisy_max`` (exponential noise, pure DP), negated to select the minimum."""
+        import opendp.prelude as dp
+
+        scores = _check_inputs(scores, scale)
+        dp.enable_features("contrib")
+        meas = dp.m.make_noisy_max(dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.linf_distance(T=float),
+                                   dp.max_divergence(), scale=float(scale), negate=True)
+        if meas.map(float(sensitivity)) > 2.0 * sensitivity / scale * (1 + 1e-9):  # what the event charges
+            raise ArithmeticError("OpenDP's privacy map for the noisy max is above the charged epsilon")
+        return int(meas(scores.tolist()))
 
     def _add(self, values: np.ndarray, kind: str, scale: float, sensitivity: float, loss_nominal: float) -> np.ndarray:
         values = _check_inputs(values, scale)
@@ -150,6 +172,9 @@ class NumpySampler(NoiseSampler):
         rng = np.random.default_rng(secrets.randbits(128))
         return self._round(values + rng.laplace(0.0, scale, size=values.size))
 
+    def noisy_min_index(self, scores: np.ndarray, scale: float, sensitivity: float) -> int:
+        return self._noisy_min(np.random.default_rng(secrets.randbits(128)), scores, scale)
+
     def _round(self, noisy: np.ndarray) -> np.ndarray:
         grid = math.ldexp(1.0, self.grid_exponent)
         return np.round(noisy / grid) * grid
@@ -170,6 +195,9 @@ class SeededSampler(NoiseSampler):
     def laplace(self, values: np.ndarray, scale: float, l1_sensitivity: float) -> np.ndarray:
         values = _check_inputs(values, scale)
         return values + self.rng.laplace(0.0, scale, size=values.size)
+
+    def noisy_min_index(self, scores: np.ndarray, scale: float, sensitivity: float) -> int:
+        return self._noisy_min(self.rng, scores, scale)
 
     def key(self) -> int:
         return int(self.rng.integers(0, 2**63)) << 64 | int(self.rng.integers(0, 2**63))

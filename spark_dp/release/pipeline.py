@@ -28,7 +28,6 @@ output root); this module never imports :mod:`spark_dp.session`.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,11 +41,14 @@ from spark_dp.errors import ReleaseConflictError
 from spark_dp.privacy import Budget, Chokepoint
 from spark_dp.privacy.events import Event, event_to_dict
 from spark_dp.privacy.ledger import UnitDeclaration
+from spark_dp.release import storage
 from spark_dp.release.ids import canonical_sha256, check_release_id, new_release_id
+from spark_dp.release.lineage import input_changed
 from spark_dp.release.release import (
     MANIFEST_SCHEMA_VERSION,
     Release,
     load_release,
+    release_exists,
     write_release,
 )
 from spark_dp.release.uncertainty import DEFAULT_CONFIDENCE, Uncertainty, check_level, manifest_block
@@ -61,7 +63,7 @@ NONPRIVATE_PREFIX = "nonprivate-"
 NONPRIVATE_DIR = "nonprivate"
 # Manifest fields the pipeline owns: a plan may not set them.
 _OWNED = frozenset({"schema_version", "release_id", "dataset_id", "task", "mechanism", "privacy",
-                    "request_sha256", "config_sha256", "created_at", "library_version", "uncertainty"})
+                    "request_sha256", "config_sha256", "created_at", "library_version", "uncertainty", "input"})
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,11 @@ class ReleasePlan:
         release_id: idempotency key (None: a new one).
         config_sha256: digest of the job config, if run from one.
         mode: ``private``, ``public_input`` or ``nonprivate`` (module doc).
+        lineage: ``lineage() -> dict``, what the release is computed from
+            (:mod:`spark_dp.release.lineage`); called once per release, before
+            any Spark job, into the manifest's ``input`` and the ledger charge.
+            Never part of the request digest (a re-run over changed input
+            finds its stored release). None: recorded as unknown.
 
     The level of the release's intervals (manifest ``uncertainty.level``) is
     the request's ``confidence`` (:func:`confidence_request`: present only
@@ -126,6 +133,7 @@ class ReleasePlan:
     release_id: str | None = None
     config_sha256: str | None = None
     mode: str = "private"
+    lineage: Callable[[], Mapping[str, Any]] | None = None
     request_sha256: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -194,10 +202,13 @@ def run_release(session: DPSession, plan: ReleasePlan) -> Release:
     if plan.mode != "private":
         return _run_not_private(session, plan)
     rid = new_release_id(plan.task) if plan.release_id is None else check_release_id(plan.release_id, owner=plan.task)
+    lineage = _lineage(plan)  # once per release, before any Spark job (metadata only)
     existing = session.ledger.lookup(rid)
     if existing is not None:
-        return stored_release(session, existing, request_sha256=plan.request_sha256)
+        return note_input_change(stored_release(session, existing, request_sha256=plan.request_sha256), lineage,
+                                 existing.lineage)
 
+    storage.check_root(session.output)  # an output that cannot be written fails before the charge
     cp = Chokepoint(
         session.ledger, dataset_id=session.dataset_id, release_id=rid, request_sha256=plan.request_sha256,
         sampler=session.sampler, limit=session.limit, unit=unit_of(plan.privacy),
@@ -206,7 +217,7 @@ def run_release(session: DPSession, plan: ReleasePlan) -> Release:
     exact = plan.compute()
     budget = plan.budget
     assert budget is not None  # __post_init__
-    charge = cp.charge(list(plan.events), budget)
+    charge = cp.charge(list(plan.events), budget, lineage=lineage)
     log.info("release %s: charged epsilon=%g delta=%g to dataset %s (ledger entry %d)",
              rid, budget.epsilon, budget.delta, session.dataset_id, charge.seq)
     try:
@@ -221,7 +232,7 @@ def run_release(session: DPSession, plan: ReleasePlan) -> Release:
             "events": [event_to_dict(e) for e in plan.events],
             "ledger_entry": charge.seq,
             "dataset_limit": (session.limit or session.ledger.ensure_dataset(session.dataset_id, None)).to_dict(),
-        })
+        }, lineage=lineage)
         release = Release(release_id=rid, arrays=dict(noised.arrays), manifest=manifest,
                           uncertainty=dict(noised.uncertainty))
         path = write_release(release, session.output)
@@ -248,14 +259,16 @@ def _run_not_private(session: DPSession, plan: ReleasePlan) -> Release:
     root = session.output
     if plan.mode == "nonprivate":
         rid = rid if rid.startswith(NONPRIVATE_PREFIX) else NONPRIVATE_PREFIX + rid
-        root = os.path.join(session.output, NONPRIVATE_DIR)
-    existing = os.path.join(root, rid)
-    if os.path.isfile(os.path.join(existing, "manifest.json")):
+        root = storage.join(session.output, NONPRIVATE_DIR)
+    existing = storage.join(root, rid)
+    lineage = _lineage(plan)
+    if release_exists(existing):
         rel = load_release(existing)
         if rel.manifest.get("request_sha256") != plan.request_sha256:
             raise ReleaseConflictError(f"Release id {rid!r} was used for a different request; choose a new release id.")
         rel.reused = True
-        return rel
+        return note_input_change(rel, lineage)
+    storage.check_root(root)
     log.warning("%s: mechanism %r is NOT differentially private; use it on public data only", plan.task, plan.mechanism)
     noised = plan.noise(plan.compute(), None)
     manifest = _manifest(session, plan, rid, noised, privacy={
@@ -263,14 +276,38 @@ def _run_not_private(session: DPSession, plan: ReleasePlan) -> Release:
         "note": ("NOT DIFFERENTIALLY PRIVATE: exact results computed from the rows of the dataset "
                  "(explicit opt-in private=False); nothing charged" if plan.mode == "nonprivate" else
                  f"not differentially private ({plan.privacy.get('note', 'public input')}); nothing charged"),
-    })
+    }, lineage=lineage)
     release = Release(release_id=rid, arrays=dict(noised.arrays), manifest=manifest,
                       uncertainty=dict(noised.uncertainty))
     write_release(release, root)
     return release
 
 
-def _manifest(session: DPSession, plan: ReleasePlan, rid: str, noised: Noised, *, privacy: dict) -> dict[str, Any]:
+def _lineage(plan: ReleasePlan) -> dict[str, Any] | None:
+    """The plan's input lineage (None: the plan gives none); a failure is logged, never fatal."""
+    if plan.lineage is None:
+        return None
+    try:
+        return dict(plan.lineage())
+    except Exception as exc:  # noqa: BLE001 - lineage is metadata: it must not stop a release
+        log.warning("%s: could not compute the input lineage (%s); recorded as unknown", plan.task, type(exc).__name__)
+        return {"kind": "unknown"}
+
+
+def note_input_change(release: Release, lineage: dict[str, Any] | None,
+                      charged: dict[str, Any] | None = None) -> Release:
+    """Sets ``release.input_changed`` from its stored lineage (manifest, else the charge) and today's; warns if True."""
+    stored = release.manifest.get("input") or charged
+    release.input_changed = input_changed(stored, lineage)
+    if release.input_changed:
+        log.warning("release %s: the input changed since it was released (lineage %s, now %s); returning the stored "
+                    "release (no new noise, no new charge). Use a new release id for the new input.",
+                    release.release_id, stored, lineage)
+    return release
+
+
+def _manifest(session: DPSession, plan: ReleasePlan, rid: str, noised: Noised, *, privacy: dict,
+              lineage: dict[str, Any] | None = None) -> dict[str, Any]:
     clash = _OWNED & set(noised.manifest)
     if clash:
         raise RuntimeError(f"bug: manifest fields {sorted(clash)} belong to the pipeline")
@@ -289,6 +326,7 @@ def _manifest(session: DPSession, plan: ReleasePlan, rid: str, noised: Noised, *
         "config_sha256": plan.config_sha256,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "library_version": __version__,
+        **({} if lineage is None else {"input": lineage}),
     }
 
 
@@ -312,13 +350,13 @@ def stored_release(session: DPSession, charge, *, request_sha256: str | None = N
         raise conflict()
     location = charge.location
     if location is None:
-        candidate = os.path.join(session.output, charge.release_id)
-        if os.path.isfile(os.path.join(candidate, "manifest.json")) and (
+        candidate = storage.join(session.output, charge.release_id)
+        if release_exists(candidate) and (
             load_release(candidate).manifest.get("request_sha256") == charge.request_sha256
         ):
             session.ledger.mark_written(charge.release_id, candidate)
             location = candidate
-    if location is None or not os.path.isfile(os.path.join(location, "manifest.json")):
+    if location is None or not release_exists(location):
         raise ReleaseConflictError(
             f"Release id {charge.release_id!r} was charged (epsilon={charge.budget.epsilon:g}, "
             f"delta={charge.budget.delta:g}) but its release was never written; the charge stands. "

@@ -25,7 +25,6 @@ prediction says so and gives what is known (relative sizes, or nothing).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -33,17 +32,16 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import stats
 
 from spark_dp.errors import BudgetExceededError, ConfigError
 from spark_dp.privacy.accountant import compose_epsilon
 from spark_dp.privacy.events import Event, event_to_dict
+from spark_dp.release.uncertainty import normal_quantile
 
 if TYPE_CHECKING:
     from spark_dp.release.pipeline import ReleasePlan
     from spark_dp.session import DPSession
 
-DEFAULT_LEVEL = 0.95
 # n of the regression accuracy table when the user gives no guess.
 N_GRID = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 
@@ -171,7 +169,7 @@ def preview_release(session: DPSession, plan: ReleasePlan, run: DryRun) -> Previ
 
     rid = None if plan.release_id is None else check_release_id(plan.release_id, owner=plan.task)
     privacy = dict(plan.privacy)
-    accuracy = predict_accuracy(plan.task, plan.mechanism, plan.request, privacy, n=run.n)
+    accuracy = predict_accuracy(plan.task, plan.mechanism, plan.request, privacy, plan.manifest, n=run.n)
     common = dict(task=plan.task, mechanism=plan.mechanism, dataset_id=session.dataset_id, release_id=rid,
                   request_sha256=plan.request_sha256, privacy=privacy, accuracy=accuracy)
     if plan.mode != "private":
@@ -218,8 +216,10 @@ def _stored_status(session: DPSession, charge, request_sha256: str) -> tuple[boo
     if charge.dataset_id != session.dataset_id or charge.request_sha256 != request_sha256:
         return False, (f"Release id {charge.release_id!r} was used for a different request (dataset "
                        f"{charge.dataset_id!r}); choose a new release id.")
-    location = charge.location or os.path.join(session.output, charge.release_id)
-    if not os.path.isfile(os.path.join(location, "manifest.json")):
+    from spark_dp.release import release_exists, storage
+
+    location = charge.location or storage.join(session.output, charge.release_id)
+    if not release_exists(location):
         return False, (f"Release id {charge.release_id!r} was charged (epsilon={charge.budget.epsilon:g}, "
                        f"delta={charge.budget.delta:g}) but its release was never written; the charge stands. "
                        "Use a new release id.")
@@ -227,17 +227,18 @@ def _stored_status(session: DPSession, charge, request_sha256: str) -> tuple[boo
 
 
 def _stored_not_private(session: DPSession, plan: ReleasePlan, rid: str | None) -> tuple[bool, str | None]:
+    from spark_dp.release import storage
     from spark_dp.release.pipeline import NONPRIVATE_DIR, NONPRIVATE_PREFIX
-    from spark_dp.release.release import load_release
+    from spark_dp.release.release import load_release, release_exists
 
     if rid is None:
         return False, None
     root = session.output
     if plan.mode == "nonprivate":
         rid = rid if rid.startswith(NONPRIVATE_PREFIX) else NONPRIVATE_PREFIX + rid
-        root = os.path.join(root, NONPRIVATE_DIR)
-    path = os.path.join(root, rid)
-    if not os.path.isfile(os.path.join(path, "manifest.json")):
+        root = storage.join(root, NONPRIVATE_DIR)
+    path = storage.join(root, rid)
+    if not release_exists(path):
         return False, None
     if load_release(path).manifest.get("request_sha256") != plan.request_sha256:
         return False, f"Release id {rid!r} was used for a different request; choose a new release id."
@@ -272,49 +273,26 @@ def _budget(session: DPSession, pending: Sequence[Event], new: Sequence[Event]) 
 
 # -- predicted accuracy -----------------------------------------------------------
 
-def _z(level: float) -> float:
-    return float(stats.norm.ppf(0.5 + level / 2))
-
-
-def gaussian_norm_bound(sigma: float, d: int, level: float = DEFAULT_LEVEL) -> float:
-    """A bound on ‖E‖₂ for a symmetric d×d E with i.i.d. N(0, σ²) upper triangle, holding w.p. ≈ ``level``.
-
-    E‖E‖₂ ≈ 2σ√d (the semicircle edge; below it for every d we simulated)
-    plus Gaussian concentration: ‖E‖₂ is √2σ-Lipschitz in the standard
-    normal upper triangle, so P(‖E‖ ≥ E‖E‖ + t) ≤ exp(−t²/(4σ²)),
-    t = 2σ√ln(1/(1 − level)). By Weyl's inequality it bounds every
-    eigenvalue's error.
-    """
-    return sigma * (2.0 * math.sqrt(d) + 2.0 * math.sqrt(math.log(1.0 / (1.0 - level))))
-
-
-def median_noise_quantile(k: int, q: float) -> float:
-    """The q-quantile of the median of k i.i.d. N(0, 1) (for even k the mean of the two middle ones: simulated).
-
-    Odd k: P(median ≤ x) = P(Binomial(k, Φ(x)) ≥ (k + 1)/2), solved for x.
-    """
-    if k % 2 == 1:
-        j = (k + 1) // 2  # the j-th order statistic: Φ(X_(j)) ~ Beta(j, k − j + 1)
-        return float(stats.norm.ppf(stats.beta.ppf(q, j, k - j + 1)))
-    rng = np.random.default_rng(20261202)  # public, data-independent: a simulation of the noise law only
-    draws = np.median(rng.standard_normal((20_000, k)), axis=1)
-    return float(np.quantile(draws, q))
-
-
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool) else None
 
 
-def predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any], *,
-                     n: int | None = None) -> dict[str, Any]:
-    """The predicted noise of a release, from its public request and privacy fields (module doc).
+def predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
+                     manifest: Mapping[str, Any] | None = None, *, n: int | None = None) -> dict[str, Any]:
+    """The predicted noise of a release, from its public request, privacy and manifest fields (module doc).
 
     Returns a dict with ``level`` (the interval level: the request's
     ``confidence``, default 0.95), ``predicted`` (False where it cannot be
     said before seeing the data, with ``why``), ``method`` (how it was
-    derived) and the task's figures.
+    derived) and the task's figures. Where the release's own error bars do
+    not depend on the data, the prediction calls the same functions
+    (:mod:`spark_dp.second_moment.uncertainty`, :mod:`spark_dp.sketch.uncertainty`,
+    :func:`spark_dp.tensor.private.eigenvalue_uncertainty`), so the predicted
+    half-widths are the release's.
     """
-    level = float(request.get("confidence", DEFAULT_LEVEL) or DEFAULT_LEVEL)
+    from spark_dp.release.pipeline import confidence_of
+
+    level = confidence_of(request)
     norm_bound = request.get("norm_bound")
     if task in ("second_moment", "linear_regression", "pca") and _num(norm_bound) is None:
         return {"level": level, "predicted": False,
@@ -324,203 +302,162 @@ def predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], priv
     fn = _PREDICTORS.get(task)
     if fn is None:
         return {"level": level, "predicted": False, "why": f"no accuracy model for task {task!r}", "method": None}
-    return {"level": level, **fn(mechanism, request, dict(privacy), n, level)}
+    return {"level": level, **fn(mechanism, request, dict(privacy), dict(manifest or {}), n, level)}
 
 
-def _entry_noise(mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Per-entry noise of the released d×d second moment (None: data-dependent)."""
-    d = int(request["dimension"])
-    B = float(request["norm_bound"])
-    if mechanism == "analyze_gauss":
-        s = float(privacy["noise_scale"])
-        return {"distribution": "gaussian", "stderr": s, "stderr_diagonal": s, "bias_diagonal": 0.0, "sigma": s,
-                "method": "Analyze Gauss adds i.i.d. N(0, sigma^2) to each entry of the upper triangle (mirrored)"}
-    if mechanism == "wishart":
-        k = int(privacy["dof"])
-        return {"distribution": "wishart (normal approximation)", "stderr": B * B * math.sqrt(k),
-                "stderr_diagonal": B * B * math.sqrt(2 * k), "bias_diagonal": k * B * B,
-                "sigma": B * B * math.sqrt(k),
-                "method": (f"W ~ W_d(B^2 I, k), k = {k}: off-diagonal entries have variance k B^4, diagonal 2k B^4 "
-                           "and mean k B^2 (removed by postprocess 'shift')")}
-    if mechanism == "adassp":
-        s1, s2, s3 = (float(x) for x in privacy["noise_scale"])
-        return {"distribution": "gaussian", "stderr": s2, "stderr_diagonal": s2, "bias_diagonal": 0.0, "sigma": s2,
-                "stderr_xty": s3, "stderr_lambda_min": s1,
-                "method": "AdaSSP: N(0, s2^2) on each entry of X^T X, N(0, s3^2) on X^T y, N(0, s1^2) on lambda_min"}
-    del d
-    return None
+def _entry_half_widths(mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
+                       level: float) -> dict[str, Any] | None:
+    """The release's own per-entry intervals of a d×d second moment, where they do not depend on the data."""
+    from spark_dp.second_moment.uncertainty import matrix_uncertainty, spectral_error
+
+    d, B = int(request["dimension"]), float(request["norm_bound"])
+    params = request.get("params", {})
+    if mechanism not in ("analyze_gauss", "wishart"):
+        return None
+    u = matrix_uncertainty(mechanism, privacy, params, np.zeros((d, d)), B, level)
+    c, r = spectral_error(mechanism, privacy, params, d, B, level)
+    off = (0, 1) if d > 1 else (0, 0)
+    return {"half_width": float(u.high[off] - u.low[off]) / 2, "stderr": float(u.stderr[off]),
+            "half_width_diagonal": float(u.high[0, 0] - u.low[0, 0]) / 2, "stderr_diagonal": float(u.stderr[0, 0]),
+            "kind": u.kind, "method": u.method, "noise_spectral_norm_bound": r, "shift": c}
 
 
 def _relative_noise(mechanism: str, privacy: Mapping[str, Any]) -> dict[str, Any]:
     """JL / inverse-Wishart: the noise scales with the data; what is known is relative."""
-    if mechanism == "jl_ridge":
-        r, w2 = int(privacy["projection_rows"]), float(privacy["ridge_w"]) ** 2
-        rows, what = r, "projection rows r"
-    else:
-        r, w2 = int(privacy["dof"]), float(privacy["ridge_w2"])
-        rows, what = r, "degrees of freedom m"
+    rows = int(privacy["projection_rows"] if mechanism == "jl_ridge" else privacy["dof"])
+    what = "projection rows r" if mechanism == "jl_ridge" else "degrees of freedom m"
     return {"predicted": False,
             "why": (f"the noise of {mechanism} scales with the data's own second moment: entry (i, j) has variance "
                     f"about (S_ij^2 + S_ii S_jj)/{what} with S = A^T A + w^2 I, so only relative sizes are known"),
-            "relative_stderr_diagonal": math.sqrt(2.0 / rows),
-            "ridge_bias_diagonal": w2,
-            "method": (f"Wishart law of the release around S (r = {rows}); w^2 = {w2:.6g} is added to the diagonal "
-                       "(removed by postprocess 'shift')")}
+            "relative_stderr_diagonal": math.sqrt(2.0 / rows), "ridge_bias_diagonal": float(privacy["ridge_w2"]
+                                                                                          if "ridge_w2" in privacy
+                                                                                          else privacy["ridge_w"] ** 2),
+            "method": f"Wishart law of the release around S ({what} = {rows}); removed by postprocess 'shift'"}
 
 
-def _second_moment(mechanism, request, privacy, n, level) -> dict[str, Any]:
-    d = int(request["dimension"])
-    e = _entry_noise(mechanism, request, privacy)
+def _typical(request: Mapping[str, Any], n: int) -> float:
+    """A diagonal entry / eigenvalue of AᵀA for n rows at the norm bound spread evenly over the d columns."""
+    return n * float(request["norm_bound"]) ** 2 / int(request["dimension"])
+
+
+def _second_moment(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
+    e = _entry_half_widths(mechanism, request, privacy, level)
     if e is None:
         return {"what": "entries of the d x d matrix", **_relative_noise(mechanism, privacy)}
-    z = _z(level)
-    out = {"predicted": True, "what": "entries of the d x d matrix", "method": e["method"],
-           "per_entry": {"stderr": e["stderr"], "half_width": z * e["stderr"],
-                         "stderr_diagonal": e["stderr_diagonal"], "half_width_diagonal": z * e["stderr_diagonal"],
-                         "bias_diagonal": e["bias_diagonal"], "distribution": e["distribution"]},
-           "noise_spectral_norm": gaussian_norm_bound(e["sigma"], d, level) if mechanism == "analyze_gauss" else
-           e["sigma"] * (2.0 * math.sqrt(d)) + e["sigma"] * d / math.sqrt(int(privacy["dof"])),
-           "noise_spectral_norm_method": ("2 sigma sqrt(d) + 2 sigma sqrt(ln(1/(1-level))) (semicircle edge + "
-                                          "Gaussian concentration)" if mechanism == "analyze_gauss" else
-                                          "Marchenko-Pastur edge of W - k B^2 I: B^2 (2 sqrt(k d) + d)")}
-    if request.get("params", {}).get("postprocess") == "shift" and mechanism == "analyze_gauss":
-        out["per_entry"]["bias_diagonal"] = 2.0 * e["sigma"] * math.sqrt(d)
-        out["note"] = "postprocess 'shift' adds 2 sigma sqrt(d) to the diagonal"
+    out = {"what": "entries of the d x d matrix", "predicted": True, "method": e["method"], "kind": e["kind"],
+           "per_entry": {k: e[k] for k in ("half_width", "stderr", "half_width_diagonal", "stderr_diagonal")},
+           "noise_spectral_norm_bound": e["noise_spectral_norm_bound"]}
     if n is not None:
-        signal = n * float(request["norm_bound"]) ** 2 / d
-        out["relative_to_signal"] = {"n": n, "typical_entry": signal, "ratio": e["stderr"] / signal,
-                                     "assumption": "rows at the norm bound, spread evenly over the d coordinates: "
-                                                   "a diagonal entry of A^T A is about n B^2 / d"}
+        out["relative_to_signal"] = {"n": n, "typical_entry": _typical(request, n),
+                                     "ratio": e["stderr"] / _typical(request, n),
+                                     "assumption": "rows at the norm bound, spread evenly over the d coordinates"}
     return out
 
 
-def _regression(mechanism, request, privacy, n, level) -> dict[str, Any]:
+def _regression(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
     d = int(request["dimension"])  # features + label
     p = d - 1
-    B = float(request["norm_bound"])
     ns = [n] if n is not None else list(N_GRID)
-    e = _entry_noise(mechanism, request, privacy)
-    if e is None:
-        r = int(privacy.get("projection_rows") or privacy.get("dof"))
-        return {"what": "coefficients", "predicted": False,
-                "why": (f"the noise of {mechanism} scales with the data: the coefficients vary about as OLS "
-                        f"coefficients fitted to r = {r} rows drawn from the data's second moment (plus the ridge "
-                        "w^2), i.e. about sqrt(n/r) times the sampling standard error"),
-                "noise_vs_sampling_stderr": [{"n": m, "factor": math.sqrt(m / r)} for m in ns],
-                "method": "Wishart law of the release around A^T A + w^2 I (first order)"}
-    c = B * B / d  # per-row second moment of one coordinate, rows at the bound spread evenly
-    s_xx, s_xy = e["stderr"], e.get("stderr_xty", e["stderr"])
-    z = _z(level)
-    table = []
-    for m in ns:
-        se = s_xy / (m * c)
-        table.append({"n": m, "stderr": se, "half_width": z * se, "stderr_per_unit_norm_beta": s_xx / (m * c)})
-    n_stable = 2.0 * s_xx * math.sqrt(p) / c
+    if mechanism == "adassp":
+        s_xx, s_xy = (float(x) for x in privacy["noise_scale"][1:])
+        noise = {"distribution": "gaussian", "entry_stderr_xtx": s_xx, "entry_stderr_xty": s_xy}
+    else:
+        e = _entry_half_widths(mechanism, request, privacy, level)
+        if e is None:
+            r = int(privacy.get("projection_rows") or privacy.get("dof"))
+            return {"what": "coefficients", "predicted": False,
+                    "why": (f"the noise of {mechanism} scales with the data: the coefficients vary about as OLS "
+                            f"coefficients fitted to r = {r} rows drawn from the data's second moment (plus the "
+                            "ridge w^2), i.e. about sqrt(n/r) times the sampling standard error"),
+                    "noise_vs_sampling_stderr": [{"n": m, "factor": math.sqrt(m / r)} for m in ns],
+                    "method": "Wishart law of the release around A^T A + w^2 I (first order)"}
+        s_xx = s_xy = e["stderr"]
+        noise = {"distribution": mechanism, "entry_stderr_xtx": s_xx, "entry_stderr_xty": s_xy}
+    c = _typical(request, 1)  # per-row second moment of one coordinate
+    z = normal_quantile(level)
+    table = [{"n": m, "stderr": s_xy / (m * c), "half_width": z * s_xy / (m * c),
+              "stderr_per_unit_norm_beta": s_xx / (m * c)} for m in ns]
     return {
         "what": "coefficients", "predicted": True, "per_coefficient": table,
-        "n_for_stable_solve": n_stable,
+        "n_for_stable_solve": 2.0 * s_xx * math.sqrt(p) / c,
         "method": ("first order: beta_hat - beta = (X^T X)^-1 (e_xy - E_xx beta), with X^T X about n c I, "
                    f"c = B^2/d = {c:.6g} (rows at the norm bound spread evenly over the d = {d} columns, label "
                    "included); stderr at beta = 0, add stderr_per_unit_norm_beta x ||beta|| in quadrature; "
                    "privacy noise only (sampling error comes on top); n_for_stable_solve: n at which the noise's "
                    "spectral norm (about 2 s sqrt(p)) equals n c, below it the solve is dominated by noise"),
-        "noise": {"distribution": e["distribution"], "entry_stderr_xtx": s_xx, "entry_stderr_xty": s_xy},
+        "noise": noise,
     }
 
 
-def _pca(mechanism, request, privacy, n, level) -> dict[str, Any]:
-    d = int(request["dimension"])
-    e = _entry_noise(mechanism, request, privacy)
+def _pca(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
+    e = _entry_half_widths(mechanism, request, privacy, level)
     if e is None:
         return {"what": "eigenvalues", **_relative_noise(mechanism, privacy)}
-    if mechanism == "analyze_gauss":
-        bound, how = gaussian_norm_bound(e["sigma"], d, level), "2 sigma sqrt(d) + 2 sigma sqrt(ln(1/(1-level)))"
-    else:
-        k = int(privacy["dof"])
-        B2 = float(request["norm_bound"]) ** 2
-        bound, how = B2 * (2.0 * math.sqrt(k * d) + d), "Marchenko-Pastur edge of W - k B^2 I: B^2 (2 sqrt(k d) + d)"
-    out = {"what": "eigenvalues", "predicted": True, "kind": "bound",
-           "eigenvalue_error_bound": bound,
-           "method": f"Weyl: |lambda_i(released) - lambda_i(exact)| <= ||E||_2 <= {how}",
-           "subspace_angle": ("Davis-Kahan: sin(angle) <= 2 ||E||_2 / gap, gap = the exact eigengap after the "
-                              "k-th eigenvalue (data-dependent)")}
+    bound = e["noise_spectral_norm_bound"]
+    out = {"what": "eigenvalues", "predicted": True, "kind": "bound", "eigenvalue_error_bound": bound,
+           "method": ("Weyl: |lambda_i(released) - lambda_i(exact)| <= ||E||_2, the release's own high-probability "
+                      "bound on the noise's spectral norm (spark_dp.second_moment.uncertainty.spectral_error)"),
+           "subspace_angle": ("Davis-Kahan: sin(angle) <= ||E||_2 / (gap - ||E||_2), gap = the eigengap after the "
+                              "k-th eigenvalue (data-dependent; the release states it)")}
     if n is not None:
-        signal = n * float(request["norm_bound"]) ** 2 / d
-        out["relative_to_signal"] = {"n": n, "typical_eigenvalue": signal, "ratio": bound / signal,
+        out["relative_to_signal"] = {"n": n, "typical_eigenvalue": _typical(request, n),
+                                     "ratio": bound / _typical(request, n),
                                      "assumption": "an eigenvalue of A^T A about n B^2 / d"}
     return out
 
 
-def _sketch(mechanism, request, privacy, n, level) -> dict[str, Any]:
+def _sketch(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
+    from spark_dp.sketch.uncertainty import estimate_noise
+
     params = request.get("params", {})
     k = int(params.get("repetitions") or 1)
     b = params.get("buckets")
-    scale = float(privacy["noise_scale"])
-    a = (1.0 - level) / 2
-    if mechanism in ("private_count_sketch",):
-        lo, hi = scale * median_noise_quantile(k, a), scale * median_noise_quantile(k, 1 - a)
-        method = (f"median of k = {k} counters, each + N(0, sigma^2): the order statistic's law "
-                  "(Beta quantiles of Phi) for odd k, simulated for even k")
-        sd = scale * float(np.std(np.median(np.random.default_rng(7).standard_normal((20_000, k)), axis=1)))
-    elif mechanism == "count_min":
-        # min of k i.i.d. Laplace(b): P(min <= x) = 1 - (1 - F(x))^k
-        def q(u: float) -> float:
-            return float(stats.laplace.ppf(1 - (1 - u) ** (1 / k), scale=scale))
-        lo, hi = q(a), q(1 - a)
-        sd = None
-        method = f"min of k = {k} counters, each + Laplace(b): P(min <= x) = 1 - (1 - F(x))^k (biased low)"
-    elif mechanism == "count_mean":
-        bb = int(b)
-        sd = scale * math.sqrt(bb / ((bb - 1) * k))
-        lo, hi = -_z(level) * sd, _z(level) * sd
-        method = (f"debiased mean (b mean_i X_i - N_hat)/(b - 1) over k = {k} counters: variance "
-                  "sigma^2 b / ((b - 1) k), N_hat sharing the item's counters")
-    else:  # histogram
-        sd = scale
-        lo, hi = -_z(level) * sd, _z(level) * sd
-        method = "each count + N(0, sigma^2)"
-    thr = params.get("heavy_hitters", {}).get("threshold")
-    out = {"what": "the noise of each frequency estimate (hash collisions add to it for sketches)",
-           "predicted": True, "per_estimate": {"low": lo, "high": hi, "stderr": sd}, "method": method}
-    if thr is not None and mechanism == "private_count_sketch" and k % 2 == 1:
-        j = (k + 1) // 2
-        # P(median of the noise >= threshold) for an item that is absent (no collisions)
-        fp = float(stats.beta.sf(stats.norm.cdf(float(thr) / scale), j, k - j + 1))
-        out["heavy_hitter_threshold"] = {"threshold": float(thr), "false_positive_rate_per_absent_item": fp}
-    if request.get("params", {}).get("heavy_hitters", {}).get("levels"):
+    estimator = "histogram" if mechanism == "histogram" else manifest.get("sketch", {}).get("estimator")
+    if estimator is None:
+        return {"what": "frequency estimates", "predicted": False, "why": "no estimator recorded", "method": None}
+    family, scale = str(privacy["noise_family"]), float(privacy["noise_scale"])
+    lo, hi, sd = estimate_noise(estimator, family, scale, k, level, b)
+    out = {"what": "the noise part of each frequency estimate (hash collisions add to it for sketches)",
+           "predicted": True, "per_estimate": {"low": lo, "high": hi, "stderr": sd, "estimator": estimator},
+           "method": ("the estimator's noise law over k counters (spark_dp.sketch.uncertainty.estimate_noise, as "
+                      "spark-dp estimate uses it)")}
+    hh = manifest.get("heavy_hitters") or {}
+    if hh.get("false_positive_rate") is not None:
+        out["heavy_hitter_threshold"] = {"threshold": hh.get("threshold"),
+                                         "false_positive_rate_per_absent_item": hh["false_positive_rate"]}
+    if params.get("heavy_hitters", {}).get("levels"):
         out["note"] = "every level of the dyadic stack has the same per-counter noise"
     return out
 
 
-def _tensor(mechanism, request, privacy, n, level) -> dict[str, Any]:
+def _tensor(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
+    from spark_dp.tensor.private import eigenvalue_uncertainty
+
     params = request.get("params", {})
-    z = _z(level)
     if privacy.get("whiten"):
         return {"what": "eigenvalues", "predicted": False,
                 "why": "whitening uses the released second moment: the power passes' noise scale depends on it",
                 "method": None, "second_moment_sigma": privacy.get("second_moment_sigma")}
     if mechanism == "input_perturbation":
         s = float(privacy["noise_scale"])
-        return {"what": "tensor entries", "predicted": True, "per_entry": {"stderr": s, "half_width": z * s},
-                "method": "N(0, (sigma w)^2) on each unique entry (w = 1, 2, 6 by multiplicity); eigenvalue error "
-                          "at most the noise tensor's spectral norm (data-independent, not computed here)"}
-    if "nu" in privacy:  # explicit tensor, Alg. 3: sigma = nu c ||u||_inf^3 <= nu c for the eigenvalue estimate
-        s = float(privacy["nu"]) * float(privacy.get("entry_scale", 1.0))
-        return {"what": "eigenvalues", "predicted": True, "kind": "bound",
-                "per_eigenvalue": {"stderr_at_most": s, "half_width_at_most": z * s},
-                "method": "Alg. 3: each eigenvalue estimate + N(0, (nu c ||u||_inf^3)^2), ||u||_inf <= 1"}
-    s = _num(privacy.get("noise_scale"))
-    if s is None:
-        return {"what": "eigenvalues", "predicted": False, "why": "the noise scale depends on the data",
-                "method": None}
-    rpr = params.get("rows_per_round")
-    se = s / rpr if rpr else s
-    return {"what": "eigenvalues", "predicted": True,
-            "per_eigenvalue": {"stderr": se, "half_width": z * se},
-            "power_step_entry_stderr": se,
-            "method": ("each eigenvalue is one released sum over a pass's rows + N(0, sigma^2)"
-                       + (f", divided by rows_per_round = {rpr}" if rpr else
-                          " (eigenvalues of the sums: they grow with the rows per pass)"))}
+        return {"what": "tensor entries", "predicted": True,
+                "per_entry": {"stderr": s, "half_width": normal_quantile(level) * s},
+                "method": "N(0, (sigma w)^2) on each unique entry (w = 1, 2, 6 by multiplicity)"}
+    L = int(params.get("restarts", 1))
+    if "nu" in privacy:  # explicit tensor: sigma_i = nu c ||v_i||_inf^3 <= nu c
+        s, bounded = float(privacy["nu"]) * float(privacy.get("entry_scale", 1.0)), True
+    else:
+        s = _num(privacy.get("noise_scale"))
+        if s is None:
+            return {"what": "eigenvalues", "predicted": False, "why": "the noise scale depends on the data",
+                    "method": None}
+        rpr = params.get("rows_per_round")
+        s, bounded = (s / rpr if rpr else s), False
+    u = eigenvalue_uncertainty(np.zeros(1), np.array([s]), restarts=L, level=level, source="planned")
+    return {"what": "eigenvalues", "predicted": True, "kind": "bound" if bounded else u.kind,
+            "per_eigenvalue": {"stderr" + ("_at_most" if bounded else ""): s,
+                               "half_width" + ("_at_most" if bounded else ""): float(u.high[0])},
+            "method": u.method + ("; sigma_i = nu c ||v_i||_inf^3 <= nu c" if bounded else "")}
 
 
 _PREDICTORS = {"second_moment": _second_moment, "linear_regression": _regression, "pca": _pca,

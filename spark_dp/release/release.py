@@ -32,6 +32,12 @@ probability at least the level (``kind: bound``), and what it covers
 (``noise`` or ``noise+sampling``). The values are the array file's
 ``stderr``/``low``/``high`` columns (:mod:`spark_dp.release.uncertainty`).
 
+Optional in version 2 (issue #16; absent from older manifests, which stay
+readable): ``input`` — the input lineage (:mod:`spark_dp.release.lineage`):
+``kind`` (``table``, ``files``, ``in_memory`` or ``unknown``), the tables
+with their version where the source has one, and/or ``files_sha256``, a
+digest of the input files' names, sizes and modification times. Never data.
+
 Kept from version 1, deprecated: ``noise_sigma`` (= ``noise_scale`` of a
 Gaussian release) and the sketches' ``max_items_per_unit`` (=
 ``max_rows_per_unit``). Read the noise with :func:`noise_of`, which
@@ -41,6 +47,7 @@ understands both versions.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -52,7 +59,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_dp.errors import ReleaseConflictError, SchemaError
+from spark_dp.release import storage
 from spark_dp.release.uncertainty import Uncertainty
+
+log = logging.getLogger("spark_dp")
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA_VERSION = 2
@@ -77,6 +87,9 @@ class Release:
     path: str | None = None
     reused: bool = field(default=False, compare=False)
     uncertainty: dict[str, Uncertainty] = field(default_factory=dict, compare=False)
+    # On a re-run that returned a stored release: whether its input changed since (lineage differs);
+    # None when it cannot be told (a new release, no lineage stored, or an in-memory input).
+    input_changed: bool | None = field(default=None, compare=False)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]
@@ -192,59 +205,144 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_release(release: Release, root: str) -> str:
-    """Writes ``release`` under ``root/<release_id>`` atomically; returns the path.
+def release_exists(path: str) -> bool:
+    """Whether ``path`` (a directory or URI) holds a release: its manifest, the commit marker, is there."""
+    return storage.is_file(storage.locate(path).child(MANIFEST))
 
-    Files go to a hidden temporary directory first, are fsynced, and the
-    directory is renamed into place, so a reader never sees half a release.
+
+def _write_table(directory: storage.Location, fname: str, table: pa.Table) -> None:
+    """Writes one payload table (every payload file goes through here, local or remote)."""
+    where = directory.child(fname)
+    pq.write_table(table, where.path, filesystem=None if where.local else where.fs)
+
+
+def _read_table(directory: storage.Location, fname: str) -> pa.Table:
+    """Reads one payload table written by :func:`_write_table`."""
+    where = directory.child(fname)
+    return pq.read_table(where.path, filesystem=None if where.local else where.fs)
+
+
+def _stage(release: Release, directory: storage.Location) -> dict[str, Any]:
+    """Writes the payload files into ``directory``; returns the manifest that lists them."""
+    files = {}
+    for name, arr in release.arrays.items():
+        fname = f"{name}.parquet"
+        _write_table(directory, fname, array_to_table(arr, release.uncertainty.get(name)))
+        files[name] = {"file": fname, "shape": list(np.shape(arr))}
+    manifest = dict(release.manifest)
+    manifest["payload"] = files
+    described = set((manifest.get("uncertainty") or {}).get("arrays", {}))
+    if described != set(release.uncertainty):
+        raise RuntimeError(f"bug: the manifest's uncertainty block names {sorted(described)}, "
+                           f"the release has uncertainty for {sorted(release.uncertainty)}")
+    return manifest
+
+
+def _manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    return json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
+
+
+def _conflict(final: str) -> ReleaseConflictError:
+    return ReleaseConflictError(f"Release directory {final!r} exists already; releases are never overwritten.")
+
+
+def write_release(release: Release, root: str) -> str:
+    """Writes ``release`` under ``root/<release_id>``; returns its path (a URI for a remote ``root``).
+
+    Readers never see half a release. On the driver's disk the files go to a
+    hidden temporary directory, are fsynced, and the directory is renamed into
+    place. On a store without an atomic directory rename (``s3://``, ``gs://``,
+    and every remote store, for one protocol everywhere) the payload files are
+    written under a hidden temporary prefix ``root/.tmp-<id>-<uuid>/``, moved
+    to ``root/<release_id>/``, and the manifest is moved there last: it is the
+    commit marker, and a release without one is absent to every reader
+    (:func:`release_exists`, :func:`load_release`). A write that crashes leaves
+    at most a temporary prefix and payload files without a manifest, both
+    ignored; a later write of the same id replaces them.
     """
-    os.makedirs(root, exist_ok=True)
+    if storage.is_local(root):
+        return _write_local(release, root)
+    return _write_remote(release, root)
+
+
+def _write_local(release: Release, root: str) -> str:
+    local = storage.locate(root)
+    os.makedirs(local.path, exist_ok=True)
     final = os.path.join(root, release.release_id)
-    if os.path.exists(final):
-        raise ReleaseConflictError(f"Release directory {final!r} exists already; releases are never overwritten.")
-    tmp = os.path.join(root, f".tmp-{release.release_id}-{uuid.uuid4().hex}")
-    os.makedirs(tmp)
+    if os.path.exists(local.child(release.release_id).path):
+        raise _conflict(final)
+    tmp = local.child(f".tmp-{release.release_id}-{uuid.uuid4().hex}")
+    os.makedirs(tmp.path)
     try:
-        files = {}
-        for name, arr in release.arrays.items():
-            fname = f"{name}.parquet"
-            pq.write_table(array_to_table(arr, release.uncertainty.get(name)), os.path.join(tmp, fname))
-            files[name] = {"file": fname, "shape": list(np.shape(arr))}
-        manifest = dict(release.manifest)
-        manifest["payload"] = files
-        described = set((manifest.get("uncertainty") or {}).get("arrays", {}))
-        if described != set(release.uncertainty):
-            raise RuntimeError(f"bug: the manifest's uncertainty block names {sorted(described)}, "
-                               f"the release has uncertainty for {sorted(release.uncertainty)}")
-        with open(os.path.join(tmp, MANIFEST), "w") as fh:
-            json.dump(manifest, fh, indent=2, sort_keys=True)
+        manifest = _stage(release, tmp)
+        with open(tmp.child(MANIFEST).path, "wb") as fh:
+            fh.write(_manifest_bytes(manifest))
             fh.flush()
             os.fsync(fh.fileno())
-        for fname in os.listdir(tmp):
-            with open(os.path.join(tmp, fname), "rb") as fh:
+        for fname in os.listdir(tmp.path):
+            with open(tmp.child(fname).path, "rb") as fh:
                 os.fsync(fh.fileno())
-        _fsync_dir(tmp)
-        os.rename(tmp, final)
-        _fsync_dir(root)
+        _fsync_dir(tmp.path)
+        os.rename(tmp.path, local.child(release.release_id).path)
+        _fsync_dir(local.path)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp.path, ignore_errors=True)
         raise
     release.manifest = manifest
     release.path = final
     return final
 
 
+def _publish(src: storage.Location, dst: storage.Location) -> None:
+    """Moves one staged file into the release directory (visible whole: a copy or a rename, never a stream)."""
+    if storage.is_file(dst):  # payload of a write that crashed before its manifest (HDFS refuses to rename over it)
+        dst.fs.delete_file(dst.path)
+    try:
+        dst.fs.move(src.path, dst.path)
+    except (NotImplementedError, OSError):  # e.g. Azure without a hierarchical namespace: server-side copy
+        dst.fs.copy_file(src.path, dst.path)
+
+
+def _write_remote(release: Release, root: str) -> str:
+    base = storage.locate(root)
+    final = storage.join(root, release.release_id)
+    dest = base.child(release.release_id)
+    if storage.is_file(dest.child(MANIFEST)):
+        raise _conflict(final)
+    tmp = base.child(f".tmp-{release.release_id}-{uuid.uuid4().hex}")
+    try:
+        if not storage.is_object_store(base):
+            base.fs.create_dir(tmp.path, recursive=True)
+            base.fs.create_dir(dest.path, recursive=True)
+        manifest = _stage(release, tmp)
+        storage.write_bytes(tmp.child(MANIFEST), _manifest_bytes(manifest))
+        for info in manifest["payload"].values():
+            _publish(tmp.child(info["file"]), dest.child(info["file"]))
+        _publish(tmp.child(MANIFEST), dest.child(MANIFEST))  # the commit marker: last
+    finally:
+        try:
+            storage.delete_dir(tmp)
+        except OSError:  # the release (or the error being raised) stands; a stale prefix is ignored by readers
+            log.warning("could not delete the temporary prefix %s", tmp.path)
+    release.manifest = manifest
+    release.path = final
+    return final
+
+
 def load_release(path: str) -> Release:
-    """Reads a release directory written by :func:`write_release`."""
-    mpath = os.path.join(path, MANIFEST)
-    if not os.path.isfile(mpath):
+    """Reads a release written by :func:`write_release` (a directory or a URI such as ``s3://bucket/prefix/<id>``).
+
+    Raises:
+        SchemaError: ``path`` holds no manifest (a write that crashed before its commit marker included).
+    """
+    where = storage.locate(path)
+    if not storage.is_file(where.child(MANIFEST)):
         raise SchemaError(f"{path!r} is not a spark-dp release directory (no {MANIFEST}).")
-    with open(mpath) as fh:
-        manifest = json.load(fh)
+    manifest = json.loads(storage.read_bytes(where.child(MANIFEST)))
     arrays, uncertainty = {}, {}
     described = (manifest.get("uncertainty") or {}).get("arrays", {})
     for name, info in manifest.get("payload", {}).items():
-        table = pq.read_table(os.path.join(path, info["file"]))
+        table = _read_table(where, info["file"])
         shape = tuple(info["shape"]) if "shape" in info else None
         arrays[name] = _column_to_array(table, "value", shape)
         if name in described and set(UNCERTAINTY_COLUMNS) <= set(table.column_names):

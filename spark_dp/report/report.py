@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spark_dp.release import Release, load_release
+from spark_dp.release import Release, load_release, storage
 from spark_dp.release.release import noise_of
 
 
@@ -81,6 +81,11 @@ def privacy_summary(release: Release) -> dict:
 
 
 def _sigma(release: Release) -> float | None:
+    """The Gaussian σ of the matrix entries as released; None where it is not that (other noise, or a release
+    mapped back to the data's units from scaled vectors, whose noise is T·N·Tᵀ: manifest ``scaling``).
+    """
+    if release.manifest.get("scaling"):
+        return None
     family, s = noise_of(release.privacy)
     return float(s) if isinstance(s, (int, float)) and family == "gaussian" else None
 
@@ -309,15 +314,18 @@ def write_report(release: Release | str, *, out: str | None = None) -> Report:
     Args:
         release: a Release or a release directory.
         out: the report file (default ``<release_dir>.report.md``, next to the
-            release directory, which is never modified).
+            release directory, which is never modified); a URI (``s3://…``)
+            puts the report and its plots on that store.
 
     Returns:
         The :class:`Report` (path, plot files, privacy summary).
     """
     rel = load_release(release) if isinstance(release, str) else release
     if out is None:
-        base = rel.path.rstrip(os.sep) if rel.path else rel.release_id
+        base = rel.path.rstrip("/" + os.sep) if rel.path else rel.release_id
         out = f"{base}.report.md"
+    if not storage.is_local(out):
+        return _write_remote_report(rel, out)
     as_html = out.lower().endswith((".html", ".htm"))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     stem = os.path.splitext(out)[0]
@@ -349,6 +357,23 @@ def write_report(release: Release | str, *, out: str | None = None) -> Report:
     with open(out, "w", encoding="utf-8") as fh:
         fh.write(_to_html(text, rel.release_id) if as_html else text)
     return Report(out, pngs, priv)
+
+
+def _write_remote_report(rel: Release, out: str) -> Report:
+    """The report and its plots made in a local scratch directory, then put next to ``out`` on its store."""
+    import tempfile
+
+    name = storage.basename(out)
+    parent = out.rstrip("/")[: -len(name)]
+    with tempfile.TemporaryDirectory(prefix="spark-dp-report-") as tmp:
+        made = write_report(rel, out=os.path.join(tmp, name))
+        plots = []
+        for local in [*made.plots, made.path]:  # the report last: its images are there when it is
+            target = parent + os.path.basename(local)
+            with open(local, "rb") as fh:
+                storage.write_bytes(target, fh.read())
+            plots.append(target)
+    return Report(plots.pop(), plots, made.privacy)
 
 
 def _to_html(markdown: str, title: str) -> str:

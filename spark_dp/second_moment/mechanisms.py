@@ -8,11 +8,13 @@ Spark starts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from spark_dp import params as P
 from spark_dp.errors import ConfigError
 from spark_dp.params import ROW_IDS
+from spark_dp.privacy.quantile import QuantilePlan
 from spark_dp.second_moment._postprocess import POSTPROCESS
 from spark_dp.second_moment._registry import (  # noqa: F401 - default_projection_rows is re-exported
     OPTIONAL_PARAMS,
@@ -103,3 +105,30 @@ def plan_mechanism(
         base_privacy=base, projection_rows=projection_rows, dof=dof, public_n=public_n, prior_dof=prior_dof,
         row_ids=row_ids, projection=projection,
     ))
+
+
+def bound_planner(mechanism: str, *, size: int, epsilon: float, quantile: QuantilePlan | None, owner: str,
+                  **kw: Any) -> Callable[[float], MechanismPlan]:
+    """``plan_for(B)``: the mechanism's plan on vectors of length ``size`` at norm bound B.
+
+    With ``quantile`` (``norm_bound="auto"``) the mechanism gets ε minus the
+    quantile's share, and its events must not depend on B (they are charged
+    before B is chosen): a ConfigError names the parameter otherwise.
+    """
+    eps = epsilon if quantile is None else epsilon - quantile.epsilon
+
+    def plan_for(norm_bound: float) -> MechanismPlan:
+        return plan_mechanism(mechanism, d=size, epsilon=eps, norm_bound=norm_bound, owner=owner, **kw)
+
+    if quantile is not None and list(plan_for(1.0).events) != list(plan_for(2.0).events):
+        raise ConfigError(f"The 'norm_bound' parameter of {owner} may be 'auto' only for mechanisms whose privacy "
+                          f"events do not depend on the bound; not for {mechanism!r}.")
+    return plan_for
+
+
+def release_events(plan_for: Callable[[float], MechanismPlan], norm_bound: float | str,
+                   quantile: QuantilePlan | None) -> list:
+    """All events of a release: the quantile's (``auto``) first, then the mechanism's."""
+    if quantile is None:
+        return list(plan_for(float(norm_bound)).events)
+    return [quantile.event, *plan_for(1.0).events]

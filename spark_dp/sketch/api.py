@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from spark_dp.aggregates._scan import choose_source_paths
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Chokepoint
 from spark_dp.release import Release
+from spark_dp.release.lineage import input_lineage
 from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, confidence_request, run_release
 from spark_dp.sketch.constraints import (  # noqa: F401 - re-exported
     NULL_ITEMS,
@@ -588,7 +590,7 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         events=tuple(plan.events), budget=plan.budget, compute=compute, noise=noise, privacy=privacy,
         manifest={"columns": [column], "params": params, "policies": policies, "sketch": sketch_info(None, None),
                   "heavy_hitters": hh_info, "source": source_info},
-        config_sha256=r.config_sha256,
+        config_sha256=r.config_sha256, lineage=functools.partial(input_lineage, r.df),
     )
 
 

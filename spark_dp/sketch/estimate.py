@@ -9,8 +9,6 @@ choice, not through the sketch.
 
 from __future__ import annotations
 
-import os
-import posixpath
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from spark_dp.errors import ConfigError, SchemaError
-from spark_dp.release import Release, load_release
+from spark_dp.release import Release, load_release, storage
 from spark_dp.sketch.count_sketch import combine, simple_estimates, table_total
 from spark_dp.sketch.hashing import MASK, buckets_and_signs, to_signed
 from spark_dp.sketch.mechanisms import DEFAULT_ESTIMATOR, REGISTRY, SIGNED
@@ -374,27 +372,12 @@ def precision_recall(found: Sequence[Any], truth: Sequence[Any]) -> tuple[float,
 # input, and a candidate DataFrame that reads the sketched DataFrame's files or is derived from it.
 # A list of items cannot be traced; it is the caller's responsibility (docs/sketch.md).
 
-_SCHEMES = {"s3a": "s3", "s3n": "s3"}
-
-
 def normalize_location(path: str) -> str:
     """A comparable form of a path or URI (local paths and ``file:`` URIs → their realpath)."""
-    from urllib.parse import unquote, urlparse
-
-    from spark_dp.params import is_local_path
-
-    if is_local_path(path):
-        local = unquote(urlparse(path).path) if path.startswith("file:") else path
-        return os.path.realpath(os.path.expanduser(local))
-    u = urlparse(path)
-    scheme = _SCHEMES.get(u.scheme.lower(), u.scheme.lower())
-    return f"{scheme}://{u.netloc}{posixpath.normpath(unquote(u.path) or '/')}".rstrip("/")
+    return storage.normalize(path)
 
 
-def _inside(a: str, b: str) -> bool:
-    """``a`` is ``b`` or lies under it (both normalised)."""
-    sep = "/" if "://" in b else os.sep
-    return a == b or a.startswith(b if b.endswith(sep) else b + sep)
+_inside = storage.inside  # ``a`` is ``b`` or lies under it (both normalised)
 
 
 def locations_overlap(a: str, b: str) -> bool:

@@ -27,6 +27,8 @@ an explicit (public) tensor needs no opt-in.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -39,16 +41,9 @@ from spark_dp import params as P
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Budget, Chokepoint, compose_epsilon
 from spark_dp.release import Release
+from spark_dp.release.lineage import input_lineage
 from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, confidence_request, run_release
-from spark_dp.tensor.mechanisms import (  # noqa: F401 - the name tuples are re-exported
-    EXPLICIT_ONLY,
-    PRIVATE,
-    ROWS_ONLY,
-    TENSOR_MECHANISMS,
-    TENSOR_NEIGHBORS,
-    TensorRequest,
-    on_input,
-)
+from spark_dp.tensor.mechanisms import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TensorRequest, on_input
 from spark_dp.tensor.mechanisms import PARAMS as TENSOR_PARAMS
 from spark_dp.tensor.online import passes_per_component
 from spark_dp.tensor.power_method import TensorDecomposition, check_counts, check_tensor
@@ -205,7 +200,9 @@ def tensor_decomposition(
               **confidence_request(P.check("confidence", confidence, owner=OWNER))}
 
     context = {name: value for name, value in locals().items() if name != "explicit"}
-    return run_release(session, (_explicit_plan if explicit else _rows_plan)(**context))
+    plan = (_explicit_plan if explicit else _rows_plan)(**context)
+    # What the release is computed from (a DataFrame's tables/files, a .npy path, or in memory): manifest + ledger.
+    return run_release(session, dataclasses.replace(plan, lineage=functools.partial(input_lineage, data)))
 
 
 def _explicit_plan(

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_dp._compat import to_arrow
 from spark_dp.aggregates._partitioning import partitions_for
 from spark_dp.aggregates.sketch._prepare import ITEM, WEIGHT
 from spark_dp.aggregates.xxh64 import sign_seed, spark_seed_states, xxh64_long_columns, xxh64_string_columns
@@ -332,7 +333,7 @@ def _collect(partials: DataFrame, k: int, b: int, dense: bool) -> np.ndarray:
     """Sums the kernel's partials (dense: on the driver; sparse: one ``groupBy``) into the k×b table."""
     out = np.zeros(k * b, dtype=np.float64)
     if dense:
-        table = partials.toArrow()
+        table = to_arrow(partials)
         for is_dense, idx, v in zip(*(table.column(c).to_pylist() for c in ("dense", "idx", "v"))):
             vals = np.frombuffer(v, dtype=np.float64)
             if is_dense:
@@ -343,7 +344,7 @@ def _collect(partials: DataFrame, k: int, b: int, dense: bool) -> np.ndarray:
         # The partials hold distinct indices per partition already: one explicit
         # hash exchange on the index (the one partitioning rule), then the sums.
         n = partitions_for(partials)
-        table = partials.repartition(n, F.col("idx")).groupBy("idx").agg(F.sum("v").alias("v")).toArrow()
+        table = to_arrow(partials.repartition(n, F.col("idx")).groupBy("idx").agg(F.sum("v").alias("v")))
         if table.num_rows:
             out[table.column("idx").to_numpy()] = table.column("v").to_numpy()
     return out.reshape(k, b)

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One virtualenv of the version matrix, with the BUILT WHEEL installed (not the source tree).
+#   scripts/matrix_env.sh NAME WHEEL [PYTHON]      prints the venv's python
+# NAME: spark35          pyspark 3.5 (latest patch), whatever pandas/numpy pip resolves
+#       spark43-pandas3  pyspark 4.3 + pandas 3, with the [connect] extra
+# The venv lives in ${SPARK_DP_MATRIX_DIR:-~/.cache/spark-dp/matrix}/NAME, outside the checkout,
+# so a fresh clone (CI) reuses it: it is remade only when the wheel's requirements, the base
+# Python or this script change (their hash is in NAME/.key); the wheel itself is reinstalled
+# every time, so the code tested is always this checkout's. A lock (flock) serialises two
+# checkouts making or reinstalling the same venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NAME=$1
+WHEEL=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+PYTHON=${3:-python3}
+case "$NAME" in
+  spark35)         extra="";          pins=("pyspark==3.5.*") ;;
+  spark43-pandas3) extra="[connect]"; pins=("pyspark==4.3.*" "pandas>=3") ;;
+  *) echo "matrix_env.sh: unknown matrix entry '$NAME' (spark35, spark43-pandas3)" >&2; exit 2 ;;
+esac
+ROOT=${SPARK_DP_MATRIX_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/spark-dp/matrix}
+VENV="$ROOT/$NAME"
+mkdir -p "$ROOT"
+exec 9>"$ROOT/$NAME.lock"
+flock 9
+key=$( ("$PYTHON" scripts/wheel_requires.py "$WHEEL"; "$PYTHON" -c 'import sys; print(sys.base_prefix, sys.version)';
+        cat scripts/matrix_env.sh) | sha256sum | cut -c1-16)
+pip_q=(--quiet --disable-pip-version-check)
+if [ "$(cat "$VENV/.key" 2>/dev/null)" != "$key" ]; then
+  echo "matrix_env.sh: creating $VENV (${pins[*]})" >&2
+  rm -rf "$VENV"
+  mkdir -p "$ROOT"
+  "$PYTHON" -m venv "$VENV"
+  # A current pip builds pyspark's sdist into a cached wheel (the venv's bundled pip would run setup.py install).
+  "$VENV/bin/python" -m pip install "${pip_q[@]}" --upgrade pip >&2
+  "$VENV/bin/python" -m pip install "${pip_q[@]}" "$WHEEL$extra" "${pins[@]}" >&2
+  echo "$key" > "$VENV/.key"
+fi
+"$VENV/bin/python" -m pip install "${pip_q[@]}" --no-deps --force-reinstall "$WHEEL" >&2
+echo "$(cd "$VENV" && pwd)/bin/python"
