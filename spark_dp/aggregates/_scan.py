@@ -33,6 +33,11 @@ The rows the fast path reads are then the rows the Spark reader would
 produce for those columns. Anything the check does not recognise is a
 fallback, never an error: :func:`parquet_scan` returns the reason, and the
 family logs which path ran and why (:func:`choose_source_paths`).
+
+Tested on pyspark 4.3, classic (tests/test_fast_path_auto.py) and Spark
+Connect (tests/test_fast_path_auto_connect.py). The plan text is Spark's
+explain output, not a stable API: a format this check does not recognise
+makes it fall back, never read other files.
 """
 
 from __future__ import annotations
