@@ -239,9 +239,15 @@ def test_api_source_paths_give_the_same_release(spark, tmp_path, strings_dir, mo
     kw = dict(epsilon=1.0, delta=1e-6, repetitions=5, buckets=64, weight="w", seeds=SEEDS[:5])
     direct = _session(tmp_path, 1).count_sketch(df, "item", source_paths=[strings_dir], **kw)
     assert calls == [([strings_dir], "item")] and spy == []
+    auto = _session(tmp_path, 1).count_sketch(df, "item", **kw)  # detected: a plain Parquet scan (issue 15)
+    assert len(calls) == 2 and calls[1][0] == sorted(df.inputFiles()) and spy == []
+    import spark_dp.sketch.api as sketch_api
+
+    monkeypatch.setattr(sketch_api, "choose_source_paths", lambda *a, **k: None)  # the Spark reader
     via_spark = _session(tmp_path, 1).count_sketch(df, "item", **kw)
     assert len(spy) == 1
     assert np.array_equal(direct["sketch"], via_spark["sketch"])  # same exact table + same noise draws
+    assert np.array_equal(auto["sketch"], via_spark["sketch"])
     with pytest.raises(ConfigError, match="'source_paths'"):
         _session(tmp_path, 2).count_sketch(df, "item", source_paths=[3], **kw)
 

@@ -254,11 +254,18 @@ def mixture_files(tmp_path, n=600, seed=0):
 
 @pytest.mark.parametrize("mechanism,whiten", [("online_power_method", False), ("private_power_method", False),
                                               ("private_power_method", True)])
-def test_decomposition_over_parquet_equals_the_dataframe_path(spark, tmp_path, mechanism, whiten):
+def test_decomposition_over_parquet_equals_the_dataframe_path(spark, tmp_path, monkeypatch, caplog, mechanism, whiten):
+    import spark_dp.aggregates._scan as scan
+
+    caplog.set_level("INFO", logger="spark_dp")
+
     path = mixture_files(tmp_path)
     cols = [f"x{j}" for j in range(D)]
     out = {}
-    for name, sources in (("frame", None), ("parquet", [path])):
+    detect = scan.choose_source_paths
+    for name, sources in (("frame", None), ("parquet", [path]), ("detected", None)):
+        # "frame": the cached-frame path (detection off); "detected": found from the plain read (issue 15)
+        monkeypatch.setattr(scan, "choose_source_paths", (lambda *a, **k: None) if name == "frame" else detect)
         public = mechanism == "online_power_method"  # not private: no budget, explicit opt-in
         session = spark_dp.DPSession("t.pq", ledger=f"sqlite:///{tmp_path}/{name}.db",
                                      epsilon_limit=None if public else 100.0, delta_limit=None if public else 1e-3,
@@ -267,13 +274,15 @@ def test_decomposition_over_parquet_equals_the_dataframe_path(spark, tmp_path, m
             session, spark.read.parquet(path), k=2, mechanism=mechanism, columns=cols, norm_bound=1.0,
             epsilon=None if public else 50.0, delta=1e-4, mode="reuse",
             restarts=3, iterations=4, whiten=whiten, rng=np.random.default_rng(11), source_paths=sources,
-            clear_worker_cache=name == "parquet", private=False if public else None)
+            clear_worker_cache=name != "frame", private=False if public else None)
         out[name] = rel
-    a, b = out["frame"].arrays, out["parquet"].arrays
-    assert a.keys() == b.keys()
-    for key in a:
-        assert np.allclose(a[key], b[key], rtol=1e-7, atol=1e-9), key
-    assert out["frame"].manifest["params"] == out["parquet"].manifest["params"]
+    assert any("tensor_decomposition: direct Parquet path, detected" in r.getMessage() for r in caplog.records)
+    for other in ("parquet", "detected"):
+        a, b = out["frame"].arrays, out[other].arrays
+        assert a.keys() == b.keys()
+        for key in a:
+            assert np.allclose(a[key], b[key], rtol=1e-7, atol=1e-9), key
+        assert out["frame"].manifest["params"] == out[other].manifest["params"]
 
 
 def test_bad_cache_options_fail_before_anything(spark, tmp_path):

@@ -80,13 +80,14 @@ def task_slots(spark: SparkSession) -> int:
     return 8
 
 
-def _explain_cost(df: DataFrame) -> str:
+def explain_text(df: DataFrame, mode: str = "cost") -> str:
+    """``df.explain(mode)``'s text (the plan is analysed and optimised on the driver; no job runs)."""
     explain_string = getattr(df, "_explain_string", None)  # Spark Connect's DataFrame
     if callable(explain_string):
-        return explain_string(mode="cost")
+        return explain_string(mode=mode)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        df.explain(mode="cost")
+        df.explain(mode=mode)
     return buf.getvalue()
 
 
@@ -99,7 +100,7 @@ def estimated_bytes(df: DataFrame, *, array_length: int = 1) -> int | None:
     frames whose rows are mostly one array of that length.
     """
     try:
-        text = _explain_cost(df)
+        text = explain_text(df)
     except Exception:  # noqa: BLE001 -- an estimate only: a source that cannot explain itself is "unknown"
         return None
     at = text.find("Optimized Logical Plan")

@@ -31,6 +31,7 @@ from pyspark.sql import DataFrame
 from spark_dp import _validation as V
 from spark_dp import params as P
 from spark_dp.aggregates import gram_matrix, vector_dimension
+from spark_dp.aggregates._scan import choose_source_paths
 from spark_dp.aggregates._vectors import Affine
 from spark_dp.aggregates.gram import gram_matrix_parquet
 from spark_dp.errors import ConfigError
@@ -202,10 +203,14 @@ def _release(
                                      row_ids=plan.params["row_ids"], affine=affine)
 
             return project
-        if source_paths and affine is None:
+        # Given, or detected when df is a plain Parquet scan (aggregates/_scan.py); not for rows with an affine map.
+        paths = None if affine is not None else choose_source_paths(
+            df, vec.columns, source_paths, owner=task,
+            unsupported="privacy_unit needs a shuffle" if privacy_unit else None)
+        if paths:
             # Same matrix, with the tasks reading the Parquet files themselves
             # (skips the JVM -> Arrow conversion; docs/benchmarks.md).
-            return gram_matrix_parquet(source_paths, vec.columns, norm_bound=norm_bound, nonfinite=nonfinite,
+            return gram_matrix_parquet(paths, vec.columns, norm_bound=norm_bound, nonfinite=nonfinite,
                                        dimension=dimension, privacy_unit=privacy_unit,
                                        max_rows_per_unit=max_rows_per_unit, spark=df.sparkSession)
         return gram_matrix(df, vec.columns, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,

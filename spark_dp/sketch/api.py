@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame
 
 from spark_dp import _validation as V
 from spark_dp import params as P
+from spark_dp.aggregates._scan import choose_source_paths
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.privacy import Chokepoint
 from spark_dp.release import Release
@@ -473,27 +474,31 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
 
         common = dict(weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
                       max_items_per_unit=max_items_per_unit)
+        # Given, or detected when df is a plain Parquet scan (aggregates/_scan.py).
+        paths = choose_source_paths(df, [c for c in (column, weight, privacy_unit) if c], source_paths,
+                                    owner=OWNER,
+                                    unsupported="privacy_unit needs a shuffle" if privacy_unit else None)
         if not spec.hashed:
-            if source_paths:
+            if paths:
                 from spark_dp.aggregates.sketch import histogram_table_parquet
 
-                return histogram_table_parquet(source_paths, column, domain=domain, spark=df.sparkSession, **common)
+                return histogram_table_parquet(paths, column, domain=domain, spark=df.sparkSession, **common)
             return histogram_table(df, column, domain=domain, **common)
         if levels is not None:
             from spark_dp.aggregates.sketch import dyadic_tables, dyadic_tables_parquet
 
             common.pop("nulls")
-            if source_paths:
-                return dyadic_tables_parquet(source_paths, column, seeds=level_seeds, buckets=b, levels=levels,
+            if paths:
+                return dyadic_tables_parquet(paths, column, seeds=level_seeds, buckets=b, levels=levels,
                                              hash_seed=hash_seed, spark=df.sparkSession, **common)
             return dyadic_tables(df, column, seeds=level_seeds, buckets=b, levels=levels, hash_seed=hash_seed,
                                  **common)
-        if source_paths:
+        if paths:
             from spark_dp.aggregates.sketch import sketch_table_parquet
 
             # Same table, with the tasks reading the Parquet files themselves
             # (falls back to the Spark reader for privacy units; docs/benchmarks_sketch.md).
-            return sketch_table_parquet(source_paths, column, seeds=seeds, buckets=b, signed=spec.signed,
+            return sketch_table_parquet(paths, column, seeds=seeds, buckets=b, signed=spec.signed,
                                         unit_l2_bound=C, spark=df.sparkSession, **common)
         return sketch_table(df, column, seeds=seeds, buckets=b, signed=spec.signed, unit_l2_bound=C, **common)
 

@@ -334,7 +334,8 @@ def _rows_plan(
 class _RowsSource:
     """Where the passes read the rows: a cached vectorised frame, or Parquet files read by the tasks.
 
-    ``reuse`` mode over plain Parquet files (``source_paths``) reads them in
+    ``reuse`` mode over plain Parquet files (``source_paths``, or detected
+    from the frame: :mod:`spark_dp.aggregates._scan`) reads them in
     the tasks with the worker block cache; everything else (``fresh`` mode's
     pass index, privacy units, other sources) caches the vectorised frame.
     """
@@ -347,11 +348,16 @@ class _RowsSource:
         self.source_paths, self.cache_bytes, self.clear_cache = source_paths, cache_bytes, clear_cache
 
     def prepare(self):
+        from spark_dp.aggregates._scan import choose_source_paths
         from spark_dp.aggregates.moments import parquet_rows, prepare_rows
 
-        if self.mode == "reuse" and self.source_paths:
+        # Given, or detected when the data is a plain Parquet scan (aggregates/_scan.py).
+        paths = None if self.mode != "reuse" else choose_source_paths(
+            self.data, self.columns, self.source_paths, owner=OWNER,
+            unsupported="privacy_unit needs a shuffle" if self.privacy_unit else None)
+        if paths:
             kw = {} if self.cache_bytes is None else {"cache_bytes": self.cache_bytes}
-            rows = parquet_rows(self.source_paths, self.columns, dimension=self.dimension,
+            rows = parquet_rows(paths, self.columns, dimension=self.dimension,
                                 privacy_unit=self.privacy_unit, spark=self.data.sparkSession, **kw)
             if rows is not None:
                 return rows
