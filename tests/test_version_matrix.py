@@ -49,6 +49,10 @@ def test_smoke_set_on_built_wheel(name, built_wheel, tmp_path):
                       env=env, cwd=tmp_path / "env", name="matrix-env", timeout=ENV_TIMEOUT)
     assert made.returncode == 0, made.describe()
     python = made.stdout.strip().splitlines()[-1]
+    # The workers must run the matrix venv's Python: earlier tests in the same pytest process set
+    # PYSPARK_PYTHON to the project venv, whose editable install would import spark_dp from the source tree.
+    env.pop("PYTHONPATH", None)
+    env.update(PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python)
 
     cmd = [python, "-I", str(REPO / "scripts" / "smoke.py"), "--repo", str(REPO), "--workdir", str(tmp_path / "w")]
     smoke = run_client(cmd + (["--connect"] if connect else []), env=env, cwd=tmp_path / "smoke", name="smoke",

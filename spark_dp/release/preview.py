@@ -313,9 +313,10 @@ def predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], priv
     if fn is None:
         return {"level": level, "predicted": False, "why": f"no accuracy model for task {task!r}", "method": None}
     got = fn(mechanism, request, dict(privacy), dict(manifest or {}), n, level)
-    if (manifest or {}).get("scaling") is not None:
+    if ((manifest or {}).get("scaling") or {}).get("bounds"):
         # With public bounds the mechanism runs on the vector scaled into [-1, 1] and the release maps its
         # values (and their intervals) back to the data's units; the figures below are in the scaled units.
+        # (An intercept alone adds a constant column and scales nothing else: the prediction stands.)
         return {"level": level, "predicted": False,
                 "why": ("bounds given: the release's values and intervals are in the data's units (the noise mapped "
                         "back through the public scaling T); the prediction is in the scaled [-1, 1] units only"),
