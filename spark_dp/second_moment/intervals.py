@@ -66,6 +66,7 @@ class BootstrapIntervals:
 
 
 def _symmetric_noise(rng: np.random.Generator, draws: int, p: int, sigma: float) -> np.ndarray:
+    # Bootstrap replicates of the (public) noise law: post-processing of a release, never released as noise.
     e = rng.normal(0.0, sigma, size=(draws, p, p))
     upper = np.triu(e)
     return upper + np.swapaxes(np.triu(e, 1), 1, 2)

@@ -80,6 +80,7 @@ def _unit_noise(estimator: str, family: str, k: int, buckets: int | None, q: flo
 
 @functools.lru_cache(maxsize=32)
 def _simulated(estimator: str, family: str, k: int) -> np.ndarray:
+    # Not privacy noise: a fixed-seed simulation of the noise *law* (public) to read its quantiles.
     rng = np.random.default_rng(_SEED)
     g = rng.standard_normal((SIMULATIONS, k)) if family == "gaussian" else rng.laplace(size=(SIMULATIONS, k))
     if estimator == "median":
