@@ -223,11 +223,20 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def replace_block(text: str, block: str) -> str:
-    if BEGIN in text and END in text:
-        a, b = text.index(BEGIN), text.index(END) + len(END)
+def replace_block(text: str, block: str, begin: str = BEGIN, end: str = END) -> str:
+    if begin in text and end in text:
+        a, b = text.index(begin), text.index(end) + len(end)
         return text[:a] + block + text[b:]
     return text.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def write_doc_block(paragraphs, *, begin: str = BEGIN, end: str = END, doc: str = DOC) -> None:
+    """Rewrites the block between ``begin`` and ``end`` of ``doc`` with ``paragraphs`` (empty ones left out)."""
+    block = "\n".join([begin, "", *(line for p in paragraphs if p for line in (p, "")), end])
+    with open(doc) as fh:
+        text = fh.read()
+    with open(doc, "w") as fh:
+        fh.write(replace_block(text, block, begin, end))
 
 
 def main() -> None:
@@ -279,12 +288,7 @@ def main() -> None:
     print()
     print(body)
     if args.write_doc:
-        block = "\n".join([BEGIN, "", machine_line(load_before, load_after), "", body, "",
-                           *([args.note, ""] if args.note else []), END])
-        with open(DOC) as fh:
-            text = fh.read()
-        with open(DOC, "w") as fh:
-            fh.write(replace_block(text, block))
+        write_doc_block([machine_line(load_before, load_after), body, args.note])
 
 
 if __name__ == "__main__":

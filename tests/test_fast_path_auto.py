@@ -146,3 +146,29 @@ def test_plan_parsing():
     assert "TahoeLogFileIndex" in _check_plan(plan.format(index="TahoeLogFileIndex"), ["a", "b"])
     assert "derives" in _check_plan(plan.replace("Project [a#1, b#2]", "Project [(a#1 + 1.0) AS a#5, b#2]")
                                     .format(index="InMemoryFileIndex"), ["a", "b"])
+
+
+def test_wide_frames_are_detected_and_the_explain_limits_restored(spark, tmp_path):
+    # explain abbreviates ReadSchema at 100 characters (ten double columns) and field lists at 25 fields;
+    # before the check raised both for its explain, every frame of d >= 10 fell back to the Spark reader.
+    cols = [f"column_{i:02d}" for i in range(40)]
+    path = str(tmp_path / "wide")
+    spark.range(20).select(*[(F.col("id") * i).cast("double").alias(c) for i, c in enumerate(cols)]).write.parquet(path)
+    spark.conf.set("spark.sql.debug.maxToStringFields", "30")
+    try:
+        df = spark.read.parquet(path)
+        for chosen in (cols, cols[::-1], cols[5:17]):
+            scan = parquet_scan(df, chosen)
+            assert scan.files and scan.reason.startswith("a plain Parquet scan"), scan.reason
+        assert parquet_scan(df.where("column_03 > 1"), cols).files is None
+        assert spark.conf.get("spark.sql.debug.maxToStringFields") == "30"
+        assert spark.conf.get("spark.sql.maxMetadataStringLength", None) in (None, "100")
+    finally:
+        spark.conf.unset("spark.sql.debug.maxToStringFields")
+
+
+def test_an_abbreviated_read_schema_falls_back_with_its_reason():
+    plan = ("== Physical Plan ==\n*(1) ColumnarToRow\n+- FileScan parquet [a#1,b#2] Batched: true, DataFilters: [], "
+            "Format: Parquet, Location: InMemoryFileIndex(1 paths)[file:/x], PartitionFilters: [], PushedFilters: [], "
+            "ReadSchema: struct<a:double,b:do...\n")
+    assert "abbreviated" in _check_plan(plan, ["a", "b"])

@@ -42,9 +42,10 @@ makes it fall back, never read other files.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from pyspark.sql import DataFrame
@@ -56,6 +57,11 @@ log = logging.getLogger("spark_dp")
 _DATA_FILTER = "a filter on data columns (only a catalog table's partition filters can be honoured)"
 _FILE_INDEXES = ("InMemoryFileIndex", "CatalogFileIndex")
 _ATTRIBUTE = re.compile(r"^[^\s()]+#\d+L?$")  # a plain column reference, e.g. a#7 or p#9L
+#: explain abbreviates a scan's metadata (ReadSchema, Location) to ``spark.sql.maxMetadataStringLength``
+#: characters (default 100: the ReadSchema of ten double columns is longer) and a node's field list to
+#: ``spark.sql.debug.maxToStringFields`` fields (default 25). The check needs them whole, so both are
+#: raised for the one ``explain`` call (runtime SQL confs; classic and Spark Connect).
+_WHOLE_PLAN_TEXT = {"spark.sql.maxMetadataStringLength": str(1 << 30), "spark.sql.debug.maxToStringFields": str(1 << 30)}
 
 
 class Scan(NamedTuple):
@@ -118,7 +124,9 @@ def _check_plan(plan: str, columns: Sequence[str]) -> str | None:
     if location is None or location.group(1) not in _FILE_INDEXES:
         return f"the table's file index is {location.group(1) if location else 'unknown'} (not Spark's own Parquet files)"
     schema = re.search(r"ReadSchema: (struct<.*>)\s*$", scan)
-    fields = set(_top_level_fields(schema.group(1))) if schema else set()
+    if schema is None:
+        return "the scan's ReadSchema is missing or abbreviated in the plan text"
+    fields = set(_top_level_fields(schema.group(1)))
     missing = [c for c in columns if c not in fields]
     if missing:
         return f"column {missing[0]!r} is not a data column of the files (e.g. a partition column)"
@@ -168,7 +176,8 @@ def parquet_scan(df: DataFrame, columns: Sequence[str]) -> Scan:
         # Column per name), the driver cost issue #17 removed elsewhere. A
         # plain scan's plan stays plain under a selection of its columns,
         # and the columns are checked against the scan's ReadSchema below.
-        plan = explain_text(df, mode="simple")
+        with _whole_plan_text(df.sparkSession):
+            plan = explain_text(df, mode="simple")
     except Exception as e:  # noqa: BLE001 -- a frame that cannot explain itself goes through the Spark reader
         return Scan(None, f"the plan could not be read ({type(e).__name__})")
     reason = _check_plan(plan, columns) or _pruned_before_planning(df, plan)
@@ -181,6 +190,29 @@ def parquet_scan(df: DataFrame, columns: Sequence[str]) -> Scan:
     if not files:
         return Scan(None, "the scan has no files")
     return Scan(files, f"a plain Parquet scan of {len(files)} file(s)")
+
+
+@contextlib.contextmanager
+def _whole_plan_text(spark) -> Iterator[None]:
+    """Raises explain's abbreviation limits (:data:`_WHOLE_PLAN_TEXT`) while the block runs, then restores them.
+
+    A session setting: another query explained at the same moment in the
+    same session gets the longer text too (its results do not change).
+    """
+    saved = {}
+    for key, value in _WHOLE_PLAN_TEXT.items():
+        with contextlib.suppress(Exception):  # a server that refuses the conf: the check may then fall back
+            saved[key] = spark.conf.get(key, None)
+            spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            with contextlib.suppress(Exception):
+                if value is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, value)
 
 
 def choose_source_paths(df: DataFrame, columns: Sequence[str], source_paths: Sequence[str] | None, *,
