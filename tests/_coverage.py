@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from spark_dp.second_moment._scaling import Scaling
 from spark_dp.second_moment.mechanisms import plan_mechanism
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.uncertainty import matrix_uncertainty, pca_uncertainty
@@ -27,42 +28,70 @@ def clipped_rows(n: int, d: int, *, seed: int = 0, norm_bound: float = 1.0) -> n
     return x / norms[:, None]
 
 
+def bounded_rows(n: int, d: int, *, seed: int = 0) -> tuple[np.ndarray, Scaling]:
+    """Rows of d columns in data units within public bounds, as the scaled vectors [(x - c)/h, 1] and their map."""
+    rng = np.random.default_rng(seed)
+    lo = rng.uniform(-50.0, 50.0, d)
+    width = rng.uniform(1.0, 200.0, d)
+    bounds = {f"c{i}": (float(lo[i]), float(lo[i] + width[i])) for i in range(d)}
+    x = lo + width * rng.beta(2.0, 3.0, size=(n, d))
+    scaled = np.hstack([(x - lo - width / 2) / (width / 2), np.ones((n, 1))])
+    return scaled, Scaling.of(list(bounds), bounds, constant_at=d)
+
+
 def second_moment_coverage(mechanism: str, *, d: int, n: int, epsilon: float, delta: float = 1e-6, reps: int = 200,
-                           postprocess: str = "none", level: float = 0.95, seed: int = 0, **kw) -> dict[str, float]:
-    """Empirical coverage of the matrix entries' intervals (upper triangle) and of PCA's bounds (k = 2)."""
-    x = clipped_rows(n, d, seed=seed)
+                           postprocess: str = "none", level: float = 0.95, seed: int = 0, bounded: bool = False,
+                           **kw) -> dict[str, float]:
+    """Empirical coverage of the matrix entries' intervals (upper triangle) and of PCA's bounds (k = 2).
+
+    ``bounded``: columns with public bounds in the data's units — the
+    mechanism runs on the scaled vector (size d + 1, the constant included,
+    B = √(d + 1)) and the intervals and bounds are those of the release
+    mapped back (matrix T·M·Tᵀ with the constant; PCA of the d data columns).
+    """
+    transform = t_data = None
+    if bounded:
+        x, scaling = bounded_rows(n, d, seed=seed)
+        transform = scaling.transform()
+        t_data = np.delete(transform, d, axis=0)
+        size, norm_bound = d + 1, float(np.sqrt(d + 1))
+    else:
+        x, size, norm_bound = clipped_rows(n, d, seed=seed), d, 1.0
     gram = x.T @ x
-    plan = plan_mechanism(mechanism, d=d, epsilon=epsilon, delta=delta, norm_bound=1.0, postprocess=postprocess, **kw)
-    iu = np.triu_indices(d)
-    true_vals, true_vecs = principal_components(gram, 2)
+    plan = plan_mechanism(mechanism, d=size, epsilon=epsilon, delta=delta, norm_bound=norm_bound,
+                          postprocess=postprocess, **kw)
+    truth = gram if transform is None else transform @ gram @ transform.T
+    pca_truth = gram if t_data is None else t_data @ gram @ t_data.T
+    iu = np.triu_indices(size)
+    true_vals, true_vecs = principal_components(pca_truth, 2)
     hits = entries = eig_hits = vec_hits = sub_hits = 0
     kind = None
     for r in range(reps):
         cp = FakeChokepoint.seeded(seed * 100_003 + r)
         released = plan.noise(gram, cp)
-        u = matrix_uncertainty(plan.mechanism, plan.privacy, plan.params, released, 1.0, level)
+        u = matrix_uncertainty(plan.mechanism, plan.privacy, plan.params, released, norm_bound, level,
+                               transform=transform)
         kind = u.kind
-        inside = (u.low <= gram) & (gram <= u.high)
+        inside = (u.low <= truth) & (truth <= u.high)
         hits += int(inside[iu].sum())
         entries += len(iu[0])
-        vals, vecs = principal_components(released, 2)
-        bounds, acc = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, released, vals, vecs, 1.0, level)
+        vals, vecs = principal_components(released if t_data is None else t_data @ released @ t_data.T, 2)
+        bounds, acc = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, released, vals, vecs, norm_bound,
+                                      level, transform=t_data)
         ev = bounds["eigenvalues"]
         eig_hits += bool(np.all((ev.low <= true_vals) & (true_vals <= ev.high)))
-        if "eigenvectors" in bounds:
-            vb = bounds["eigenvectors"]
-            # up to sign: the true vector with the sign closest to the released one
-            signs = np.sign(np.sum(vecs * true_vecs, axis=1))[:, None]
-            tv = true_vecs * np.where(signs == 0, 1.0, signs)
-            vec_hits += bool(np.all((vb.low <= tv) & (tv <= vb.high)))
-            # largest principal angle between the released and true top-2 subspaces
-            s = np.linalg.svd(vecs @ true_vecs.T, compute_uv=False)
-            sin_true = np.sqrt(max(0.0, 1.0 - float(np.min(s)) ** 2))
-            sub_hits += sin_true <= acc["subspace_sin_theta_bound"] + 1e-12
-    out = {"matrix": hits / entries, "matrix_kind": kind, "eigenvalues": eig_hits / reps}
-    if vec_hits or sub_hits or mechanism in ("analyze_gauss", "wishart"):
-        out.update(eigenvectors=vec_hits / reps, subspace=sub_hits / reps)
-    return out
+        vb = bounds["eigenvectors"]
+        # up to sign: the true vector with the sign closest to the released one
+        signs = np.sign(np.sum(vecs * true_vecs, axis=1))[:, None]
+        tv = true_vecs * np.where(signs == 0, 1.0, signs)
+        vec_hits += bool(np.all((vb.low <= tv) & (tv <= vb.high)))
+        # largest principal angle between the released and true top-2 subspaces
+        s = np.linalg.svd(vecs @ true_vecs.T, compute_uv=False)
+        sin_true = np.sqrt(max(0.0, 1.0 - float(np.min(s)) ** 2))
+        sub_hits += sin_true <= acc["subspace_sin_theta_bound"] + 1e-12
+    return {"matrix": hits / entries, "matrix_kind": kind, "eigenvalues": eig_hits / reps,
+            "eigenvectors": vec_hits / reps, "subspace": sub_hits / reps,
+            "subspace_bound_informative": acc["subspace_sin_theta_bound"] < 1.0}
 
 
 def sketch_coverage(mechanism: str, *, k: int, epsilon: float, delta: float = 1e-6, reps: int = 200,
@@ -141,3 +170,57 @@ def tensor_coverage(*, d: int = 4, k: int = 2, restarts: int = 1, iterations: in
             hits += bool(u.low[i] <= truth <= u.high[i])
             total += 1
     return {"eigenvalues": hits / total, "kind": u.kind}
+
+
+def adassp_coverage(*, p: int = 3, n: int = 2000, epsilon: float = 1.0, delta: float = 1e-6, reps: int = 200,
+                    level: float = 0.95, seed: int = 0, bounded: bool = True) -> dict[str, float]:
+    """Coverage of AdaSSP's intervals: coefficients and intercept (noise only: the truth is the non-private fit
+    on the same rows), X^T X and X^T y in the data's units (the truth: the exact sums of the rows).
+
+    ``bounded``: p bounded features and a bounded label with the intercept column (the release mapped
+    back); otherwise raw rows clipped to norm 1, no intercept (the noise's units).
+    """
+    from spark_dp.second_moment.adassp import adassp, adassp_plan
+    from spark_dp.second_moment.uncertainty import adassp_uncertainty
+
+    rng = np.random.default_rng(seed)
+    if bounded:
+        x, scaling = bounded_rows(n, p + 1, seed=seed)  # p features then the label, constant last
+        beta = rng.normal(size=p)
+        x[:, p] = np.clip(x[:, :p] @ beta * 0.3 + rng.normal(0, 0.2, n), -1, 1)  # label in [-1, 1]
+        order = list(range(p)) + [p + 1, p]  # the constant before the label, as linear_regression builds it
+        vec = x[:, order]
+        cols = list(scaling.columns)
+        scaling = Scaling.of(cols[:p] + [cols[p]], dict(zip(cols, scaling.bounds, strict=True)), constant_at=p)
+        norm_bound = float(np.sqrt(p + 2))
+    else:
+        vec = clipped_rows(n, p + 1, seed=seed)
+        scaling, norm_bound = None, 1.0
+    gram = vec.T @ vec
+    q = gram.shape[0] - 1
+    t = np.eye(q + 1) if scaling is None else scaling.transform()
+    exact_beta = np.linalg.solve(gram[:q, :q], gram[:q, q])
+    truth_coef = exact_beta if scaling is None else scaling.coefficients(exact_beta, q)
+    joint = gram.copy()
+    joint[q, q] = 0.0
+    truth_data = t @ joint @ t.T
+    plan = adassp_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound)
+    hits = {"coefficients": 0, "intercept": 0, "xtx": 0, "xty": 0}
+    counts = dict.fromkeys(hits, 0)
+    iu = np.triu_indices(q)
+    for r in range(reps):
+        res = adassp(gram, chokepoint=FakeChokepoint.seeded(seed * 100_003 + r), plan=plan)
+        u = adassp_uncertainty(res["xtx"], res["xty"], res["coefficients"], plan.sigmas, level,
+                               ridge=float(res["lambda"][0]), scaling=scaling, rng=np.random.default_rng(r))
+        k = None if scaling is None else scaling.constant_at
+        coef = truth_coef if k is None else np.delete(truth_coef, k)
+        truths = {"coefficients": coef, "xtx": truth_data[:q, :q][iu], "xty": truth_data[:q, q]}
+        if k is not None:
+            truths["intercept"] = truth_coef[k:k + 1]
+        for name, truth in truths.items():
+            low, high = u[name].low, u[name].high
+            if name == "xtx":
+                low, high = low[iu], high[iu]
+            hits[name] += int(np.sum((low <= truth) & (truth <= high)))
+            counts[name] += truth.size
+    return {name: hits[name] / counts[name] for name in hits if counts[name]}
