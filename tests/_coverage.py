@@ -224,3 +224,90 @@ def adassp_coverage(*, p: int = 3, n: int = 2000, epsilon: float = 1.0, delta: f
             hits[name] += int(np.sum((low <= truth) & (truth <= high)))
             counts[name] += truth.size
     return {name: hits[name] / counts[name] for name in hits if counts[name]}
+
+
+def input_perturbation_coverage(*, d: int = 4, k: int = 2, epsilon: float = 1.0, delta: float = 1e-6,
+                                reps: int = 100, level: float = 0.95, seed: int = 0,
+                                sigma_factor: float = 1.0) -> dict[str, float]:
+    """Coverage of input perturbation's eigenvalue bound (truth: the deflated tensor at the released vector).
+
+    ``sigma_factor`` scales the σ the bound is computed with (a deliberately wrong σ for the tests).
+    """
+    import dataclasses
+
+    from spark_dp.tensor.input_perturbation import (
+        input_perturbation,
+        input_perturbation_plan,
+        input_perturbation_uncertainty,
+    )
+
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    T = np.einsum("r,ir,jr,kr->ijk", np.linspace(400.0, 200.0, d), Q, Q, Q)
+    plan = input_perturbation_plan(epsilon=epsilon, delta=delta)
+    stated = dataclasses.replace(plan, sigma=plan.sigma * sigma_factor)
+    hits = total = 0
+    for r in range(reps):
+        dec = input_perturbation(T, k, L=3, R=10, plan=plan, chokepoint=FakeChokepoint.seeded(seed * 100_003 + r),
+                                 rng=np.random.default_rng(r))
+        u = input_perturbation_uncertainty(dec, None, stated, level)["eigenvalues"]
+        lam, V = dec.eigenvalues, dec.eigenvectors
+        for i in range(k):
+            truth = np.einsum("ijk,i,j,k->", T, V[i], V[i], V[i]) - sum(
+                lam[j] * float(V[j] @ V[i]) ** 3 for j in range(i))
+            hits += bool(u.low[i] <= truth <= u.high[i])
+            total += 1
+    return {"eigenvalues": hits / total, "kind": u.kind}
+
+
+def whitened_coverage(*, d: int = 4, k: int = 2, n: int = 4000, epsilon: float = 1.0, delta: float = 1e-6,
+                      reps: int = 100, level: float = 0.95, seed: int = 0, sigma_factor: float = 1.0,
+                      restarts: int = 1) -> dict[str, float]:
+    """Coverage of the whitened release's eigenvalue intervals (reuse mode: every pass reads all n rows).
+
+    The truth of component i: Σ over the rows of (yᵀμ̂ᵢ)³ − Σⱼ<ᵢ λ̂ⱼ(μ̂ⱼᵀμ̂ᵢ)³, y = Wᵀx with the W whitened
+    from the released M2 and μ̂ the released whitened vectors (captured from the run).
+    """
+    import spark_dp.tensor.whiten as wh
+    from spark_dp.tensor.private import private_online_power_method
+
+    rng = np.random.default_rng(seed)
+    A = np.linalg.qr(rng.normal(size=(d, d)))[0][:, :k] * 0.6
+    X = A[:, rng.integers(0, k, n)].T + rng.normal(0, 0.05, (n, d))
+    X /= np.maximum(np.linalg.norm(X, axis=1) / 1.0, 1.0)[:, None]
+
+    def moments(U, _pass):
+        P = X @ U
+        return X.T @ (P**2), (P**3).sum(axis=0), n
+
+    plan = wh.whitened_rows_plan(epsilon=epsilon, delta=delta, k=k, L=restarts, R=5, norm_bound=1.0, mode="reuse")
+    captured = {}
+    real_whitening = wh.whitening
+
+    def whitening(M2, kk):
+        captured["W"] = real_whitening(M2, kk)[0]
+        return real_whitening(M2, kk)
+
+    def run_passes(moments_y, **kw):
+        captured["dec"] = private_online_power_method(moments_y, **kw)
+        return captured["dec"]
+
+    hits = total = 0
+    wh.whitening, wh.private_online_power_method = whitening, run_passes
+    try:
+        for r in range(reps):
+            w = wh.private_whitened_power_method(moments, X.T @ X, k=k, L=restarts, R=5, plan=plan,
+                                                 chokepoint=FakeChokepoint.seeded(seed * 100_003 + r),
+                                                 rng=np.random.default_rng(r), norm_bound=1.0, mode="reuse")
+            w = wh.WhitenedDecomposition(w.eigenvalues, w.eigenvectors, w.components, w.weights,
+                                         w.pass_sigma * sigma_factor)
+            u = wh.whitened_uncertainty(w, type("Req", (), {"L": restarts})(), level)["eigenvalues"]
+            Y = X @ captured["W"]
+            lam, M = captured["dec"].eigenvalues, captured["dec"].eigenvectors
+            for i in range(k):
+                truth = float(((Y @ M[i]) ** 3).sum()) - sum(lam[j] * float(M[j] @ M[i]) ** 3 for j in range(i))
+                hits += bool(u.low[i] <= truth <= u.high[i])
+                total += 1
+    finally:
+        wh.whitening, wh.private_online_power_method = real_whitening, private_online_power_method
+    return {"eigenvalues": hits / total, "kind": u.kind}

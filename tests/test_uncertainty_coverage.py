@@ -15,7 +15,15 @@ import pytest
 
 from spark_dp.second_moment.mechanisms import plan_mechanism
 from spark_dp.second_moment.uncertainty import matrix_uncertainty
-from tests._coverage import adassp_coverage, clipped_rows, second_moment_coverage, sketch_coverage, tensor_coverage
+from tests._coverage import (
+    adassp_coverage,
+    clipped_rows,
+    input_perturbation_coverage,
+    second_moment_coverage,
+    sketch_coverage,
+    tensor_coverage,
+    whitened_coverage,
+)
 from tests._samplers import FakeChokepoint, UnderNoised
 
 LOW, HIGH = 0.93, 0.97
@@ -157,3 +165,16 @@ def test_adassp_wrong_noise_scale_is_caught(monkeypatch):
     monkeypatch.setattr(C, "adassp_uncertainty", U.adassp_uncertainty, raising=False)
     cov = adassp_coverage(reps=60, n=20_000, seed=4)
     assert all(c < LOW for c in cov.values()), cov
+
+
+def test_input_perturbation_eigenvalue_bound_holds_and_is_not_vacuous():
+    """‖E‖op by an ε-net: conservative (about 20× the typical |E(v, v, v)|) but a bound a wrong σ breaks."""
+    cov = input_perturbation_coverage(reps=60, seed=3)
+    assert cov["kind"] == "bound" and cov["eigenvalues"] >= 0.95, cov
+    assert input_perturbation_coverage(reps=30, seed=3, sigma_factor=0.05)["eigenvalues"] < 0.95
+
+
+def test_whitened_eigenvalue_intervals_cover_and_a_wrong_sigma_is_caught():
+    cov = whitened_coverage(reps=200, seed=1)
+    assert cov["kind"] == "interval" and LOW <= cov["eigenvalues"] <= HIGH, cov
+    assert whitened_coverage(reps=100, seed=1, sigma_factor=0.5)["eigenvalues"] < LOW
