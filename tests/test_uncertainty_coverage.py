@@ -29,14 +29,19 @@ from tests._samplers import FakeChokepoint, UnderNoised
 LOW, HIGH = 0.93, 0.97
 
 
-@pytest.mark.parametrize("mechanism, kw, reps", [
+#: (mechanism, parameters, releases) of the matrix-interval coverage tests, in the noise's and the data's units
+CASES = [
     ("analyze_gauss", {}, 300),
     ("analyze_gauss", {"postprocess": "shift"}, 300),
     ("wishart", {}, 300),
     ("wishart", {"postprocess": "shift"}, 300),
     ("jl_ridge", {}, 300),
+    ("jl_ridge", {"postprocess": "shift"}, 300),
     ("inverse_wishart", {}, 100),
-])
+]
+
+
+@pytest.mark.parametrize("mechanism, kw, reps", CASES)
 def test_second_moment_intervals_cover_at_the_nominal_level(mechanism, kw, reps):
     cov = second_moment_coverage(mechanism, d=3, n=500, epsilon=1.0, reps=reps, seed=7, **kw)
     assert cov["matrix_kind"] == "interval"
@@ -91,15 +96,7 @@ def test_tensor_eigenvalue_intervals_cover():
     assert cov["kind"] == "bound" and cov["eigenvalues"] >= 0.95, cov
 
 
-@pytest.mark.parametrize("mechanism, kw, reps", [
-    ("analyze_gauss", {}, 300),
-    ("analyze_gauss", {"postprocess": "shift"}, 300),
-    ("wishart", {}, 300),
-    ("wishart", {"postprocess": "shift"}, 300),
-    ("jl_ridge", {}, 300),
-    ("jl_ridge", {"postprocess": "shift"}, 300),
-    ("inverse_wishart", {}, 100),
-])
+@pytest.mark.parametrize("mechanism, kw, reps", CASES)
 def test_intervals_mapped_to_the_data_units_cover(mechanism, kw, reps):
     """Public bounds: the release T·M·Tᵀ in the data's units; every entry's interval maps with the noise."""
     cov = second_moment_coverage(mechanism, d=3, n=500, epsilon=1.0, reps=reps, seed=1, bounded=True, **kw)

@@ -22,10 +22,16 @@ Matrix entries (:func:`matrix_uncertainty`)
       (m−d−1)Σ_iiΣ_jj)/((m−d)(m−d−3))) with Σ estimated by the release
       (plug-in) and a normal approximation. Approximate: coverage measured
       in docs/accuracy.md.
-    * ``postprocess="psd"``: the projection is not linear; for Analyze Gauss
-      and Wishart a *bound* |entry − truth| ≤ ‖P(M) − AᵀA‖₂ ≤ 2‖M − AᵀA‖₂
-      (M the release before the projection; the negative part of M is at
-      most ‖M − AᵀA‖₂ because AᵀA is PSD); none for JL / inverse-Wishart.
+    * ``postprocess="psd"``: the projection is not linear; a *bound*
+      |entry − truth| ≤ ‖P(M) − AᵀA‖₂ ≤ 2‖M − AᵀA‖₂ (M the release before the
+      projection, after the Sheffet mechanisms' shift; the negative part of M
+      is at most ‖M − AᵀA‖₂ because AᵀA is PSD), with the spectral bounds
+      below (multiplicative ones for JL / inverse-Wishart).
+    * In the data's units (``transform`` T, :mod:`._scaling`): the release
+      T·M·Tᵀ against T·AᵀA·Tᵀ; every law maps with the congruence (Gaussian
+      T·N·Tᵀ with the exact entry sd of :func:`gaussian_sd`, Wishart
+      W(B²TTᵀ, k) with correlated entries, JL / inverse-Wishart with scale
+      TΣTᵀ, the shift c·TTᵀ, the PSD bound times ‖tᵢ‖‖tⱼ‖).
 
 Noise spectral norm (:func:`spectral_error`), used by PCA's bounds
     * Gaussian N (d×d symmetric, entries N(0, σ²)): E λ_max(N) ≤ 2σ√d by
@@ -53,7 +59,10 @@ the released spectrum by Weyl: δ ≥ gap_released − ‖E‖₂ (sin θ = 1 wh
 that is ≤ 0). A multiple of I added to E moves no eigenvector, so for
 Wishart E is W − c·I centred on its eigenvalue range. Eigenvector entries
 get the bound |v̂_j − s·v_j| ≤ √2·sin θ (s = ±1, the sign of a unit
-eigenvector is arbitrary).
+eigenvector is arbitrary). For JL and inverse-Wishart ‖E‖₂ is bounded
+multiplicatively (:func:`_noise_norm`: ‖S − Σ‖₂ ≤ λ_max(Σ)·‖M − I‖₂ with
+λ_max(Σ) ≤ λ_max(S)/θ_lo on the same event); in the data's units the
+error T′·E·T′ᵀ has norm ≤ ‖T′‖₂²·‖E‖₂.
 """
 
 from __future__ import annotations
