@@ -378,7 +378,7 @@ def pca_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mapping[
     return out, {
         "eigenvalue_bound": eig_how,
         "eigenvector_bound": "Davis-Kahan",
-        "noise_spectral_norm_bound": r,
+        "noise_spectral_norm_bound": r if math.isfinite(r) else None,  # None: no finite bound (JL/iW, small r)
         "subspace_sin_theta_bound": sin_sub,
         "subspace_angle_bound_radians": math.asin(sin_sub),
         "subspace_bound": ("Davis-Kahan sin(theta) theorem: the largest principal angle between the released and "
