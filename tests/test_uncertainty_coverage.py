@@ -175,3 +175,13 @@ def test_whitened_eigenvalue_intervals_cover_and_a_wrong_sigma_is_caught():
     cov = whitened_coverage(reps=200, seed=1)
     assert cov["kind"] == "interval" and LOW <= cov["eigenvalues"] <= HIGH, cov
     assert whitened_coverage(reps=100, seed=1, sigma_factor=0.5)["eigenvalues"] < LOW
+
+
+def test_wishart_noise_in_the_data_units_needs_its_correlations(monkeypatch):
+    """T·W·Tᵀ ~ W(B²TTᵀ, k) has correlated coordinates: quantiles for ρ = 0 (the unscaled law) are caught."""
+    import spark_dp.second_moment.uncertainty as U
+
+    real = U._correlated_product_quantiles
+    monkeypatch.setattr(U, "_correlated_product_quantiles", lambda k, level, rho: real(k, level, 0.0))
+    cov = second_moment_coverage("wishart", d=3, n=500, epsilon=1.0, reps=60, seed=1, bounded=True)
+    assert cov["matrix"] < LOW
