@@ -20,7 +20,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests._coverage import second_moment_coverage, sketch_coverage, tensor_coverage  # noqa: E402
+from tests._coverage import (  # noqa: E402
+    adassp_coverage,
+    input_perturbation_coverage,
+    second_moment_coverage,
+    sketch_coverage,
+    tensor_coverage,
+    whitened_coverage,
+)
 
 DOC = os.path.join(ROOT, "docs", "accuracy.md")
 BEGIN, END = "<!-- coverage:begin -->", "<!-- coverage:end -->"
@@ -43,6 +50,27 @@ def rows(reps: int):
                 yield (f"PCA eigenvalues ({label}, k=2)", "bound", n, eps, r, c["eigenvalues"])
                 if "subspace" in c:
                     yield (f"PCA top-2 subspace angle ({label})", "bound", n, eps, r, c["subspace"])
+    # Public bounds: the release mapped back to the data's units (T·M·Tᵀ), d = 3 columns plus the constant.
+    for mech, kw, label in (("analyze_gauss", {}, "Analyze Gauss"), ("wishart", {}, "Wishart"),
+                            ("jl_ridge", {}, "JL"), ("inverse_wishart", {}, "inverse-Wishart"),
+                            ("jl_ridge", {"postprocess": "psd"}, "JL, psd")):
+        r = reps if mech != "inverse_wishart" else max(reps // 4, 50)
+        c = second_moment_coverage(mech, d=3, n=1_000, epsilon=1.0, reps=r, seed=1, bounded=True, **kw)
+        yield (f"second moment entries, data units ({label}, bounds, d=3)", c["matrix_kind"], 1_000, 1.0, r,
+               c["matrix"])
+        yield (f"PCA eigenvectors, data units ({label}, bounds, k=2)", "bound", 1_000, 1.0, r, c["eigenvectors"])
+    # JL / inverse-Wishart eigenvectors: Davis–Kahan with λ_max(Σ)·‖M − I‖ (informative at a large r or m)
+    for mech, kw, label in (("jl_ridge", {"projection_rows": 20_000}, "JL, r=20000"),
+                            ("inverse_wishart", {"dof": 20_000}, "inverse-Wishart, m=20000")):
+        r = max(reps // 4, 50)
+        c = second_moment_coverage(mech, d=3, n=500, epsilon=1.0, reps=r, seed=7, **kw)
+        yield (f"PCA eigenvectors ({label}, k=2)", "bound", 500, 1.0, r, c["eigenvectors"])
+        yield (f"PCA top-2 subspace angle ({label})", "bound", 500, 1.0, r, c["subspace"])
+    # AdaSSP: noise only (it releases no y^T y); λ > 0 at n = 2,000 here, 0 at 20,000
+    for n in (2_000, 20_000):
+        c = adassp_coverage(p=3, n=n, epsilon=1.0, reps=reps, seed=4)
+        for name in ("coefficients", "intercept", "xtx", "xty"):
+            yield (f"AdaSSP {name} (bounds, p=3)", "interval", n, 1.0, reps, c[name])
     # The noise of sketches and Alg. 3 is data-independent and scales with ε, so their normalised errors (and
     # coverage) do not depend on ε: one ε, more releases.
     for eps in (1.0,):
@@ -60,6 +88,12 @@ def rows(reps: int):
             c = tensor_coverage(epsilon=eps, restarts=L, reps=reps, seed=1)
             yield (f"tensor eigenvalues (Alg. 3, explicit d=4, k=2, L={L})", c["kind"], "-", eps, reps,
                    c["eigenvalues"])
+        c = input_perturbation_coverage(epsilon=eps, reps=max(reps // 4, 50), seed=1)
+        yield ("tensor eigenvalues (input perturbation, d=4, k=2, ‖E‖op bound)", c["kind"], "-", eps,
+               max(reps // 4, 50), c["eigenvalues"])
+        c = whitened_coverage(epsilon=eps, reps=reps, seed=1)
+        yield ("tensor eigenvalues (whitened rows, reuse, d=4, k=2, L=1)", c["kind"], 4_000, eps, reps,
+               c["eigenvalues"])
 
 
 def _seed(n: int, eps: float) -> int:

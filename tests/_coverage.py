@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from spark_dp.second_moment._scaling import Scaling
 from spark_dp.second_moment.mechanisms import plan_mechanism
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.uncertainty import matrix_uncertainty, pca_uncertainty
@@ -27,42 +28,70 @@ def clipped_rows(n: int, d: int, *, seed: int = 0, norm_bound: float = 1.0) -> n
     return x / norms[:, None]
 
 
+def bounded_rows(n: int, d: int, *, seed: int = 0) -> tuple[np.ndarray, Scaling]:
+    """Rows of d columns in data units within public bounds, as the scaled vectors [(x - c)/h, 1] and their map."""
+    rng = np.random.default_rng(seed)
+    lo = rng.uniform(-50.0, 50.0, d)
+    width = rng.uniform(1.0, 200.0, d)
+    bounds = {f"c{i}": (float(lo[i]), float(lo[i] + width[i])) for i in range(d)}
+    x = lo + width * rng.beta(2.0, 3.0, size=(n, d))
+    scaled = np.hstack([(x - lo - width / 2) / (width / 2), np.ones((n, 1))])
+    return scaled, Scaling.of(list(bounds), bounds, constant_at=d)
+
+
 def second_moment_coverage(mechanism: str, *, d: int, n: int, epsilon: float, delta: float = 1e-6, reps: int = 200,
-                           postprocess: str = "none", level: float = 0.95, seed: int = 0, **kw) -> dict[str, float]:
-    """Empirical coverage of the matrix entries' intervals (upper triangle) and of PCA's bounds (k = 2)."""
-    x = clipped_rows(n, d, seed=seed)
+                           postprocess: str = "none", level: float = 0.95, seed: int = 0, bounded: bool = False,
+                           **kw) -> dict[str, float]:
+    """Empirical coverage of the matrix entries' intervals (upper triangle) and of PCA's bounds (k = 2).
+
+    ``bounded``: columns with public bounds in the data's units — the
+    mechanism runs on the scaled vector (size d + 1, the constant included,
+    B = √(d + 1)) and the intervals and bounds are those of the release
+    mapped back (matrix T·M·Tᵀ with the constant; PCA of the d data columns).
+    """
+    transform = t_data = None
+    if bounded:
+        x, scaling = bounded_rows(n, d, seed=seed)
+        transform = scaling.transform()
+        t_data = np.delete(transform, d, axis=0)
+        size, norm_bound = d + 1, float(np.sqrt(d + 1))
+    else:
+        x, size, norm_bound = clipped_rows(n, d, seed=seed), d, 1.0
     gram = x.T @ x
-    plan = plan_mechanism(mechanism, d=d, epsilon=epsilon, delta=delta, norm_bound=1.0, postprocess=postprocess, **kw)
-    iu = np.triu_indices(d)
-    true_vals, true_vecs = principal_components(gram, 2)
+    plan = plan_mechanism(mechanism, d=size, epsilon=epsilon, delta=delta, norm_bound=norm_bound,
+                          postprocess=postprocess, **kw)
+    truth = gram if transform is None else transform @ gram @ transform.T
+    pca_truth = gram if t_data is None else t_data @ gram @ t_data.T
+    iu = np.triu_indices(size)
+    true_vals, true_vecs = principal_components(pca_truth, 2)
     hits = entries = eig_hits = vec_hits = sub_hits = 0
     kind = None
     for r in range(reps):
         cp = FakeChokepoint.seeded(seed * 100_003 + r)
         released = plan.noise(gram, cp)
-        u = matrix_uncertainty(plan.mechanism, plan.privacy, plan.params, released, 1.0, level)
+        u = matrix_uncertainty(plan.mechanism, plan.privacy, plan.params, released, norm_bound, level,
+                               transform=transform)
         kind = u.kind
-        inside = (u.low <= gram) & (gram <= u.high)
+        inside = (u.low <= truth) & (truth <= u.high)
         hits += int(inside[iu].sum())
         entries += len(iu[0])
-        vals, vecs = principal_components(released, 2)
-        bounds, acc = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, released, vals, vecs, 1.0, level)
+        vals, vecs = principal_components(released if t_data is None else t_data @ released @ t_data.T, 2)
+        bounds, acc = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, released, vals, vecs, norm_bound,
+                                      level, transform=t_data)
         ev = bounds["eigenvalues"]
         eig_hits += bool(np.all((ev.low <= true_vals) & (true_vals <= ev.high)))
-        if "eigenvectors" in bounds:
-            vb = bounds["eigenvectors"]
-            # up to sign: the true vector with the sign closest to the released one
-            signs = np.sign(np.sum(vecs * true_vecs, axis=1))[:, None]
-            tv = true_vecs * np.where(signs == 0, 1.0, signs)
-            vec_hits += bool(np.all((vb.low <= tv) & (tv <= vb.high)))
-            # largest principal angle between the released and true top-2 subspaces
-            s = np.linalg.svd(vecs @ true_vecs.T, compute_uv=False)
-            sin_true = np.sqrt(max(0.0, 1.0 - float(np.min(s)) ** 2))
-            sub_hits += sin_true <= acc["subspace_sin_theta_bound"] + 1e-12
-    out = {"matrix": hits / entries, "matrix_kind": kind, "eigenvalues": eig_hits / reps}
-    if vec_hits or sub_hits or mechanism in ("analyze_gauss", "wishart"):
-        out.update(eigenvectors=vec_hits / reps, subspace=sub_hits / reps)
-    return out
+        vb = bounds["eigenvectors"]
+        # up to sign: the true vector with the sign closest to the released one
+        signs = np.sign(np.sum(vecs * true_vecs, axis=1))[:, None]
+        tv = true_vecs * np.where(signs == 0, 1.0, signs)
+        vec_hits += bool(np.all((vb.low <= tv) & (tv <= vb.high)))
+        # largest principal angle between the released and true top-2 subspaces
+        s = np.linalg.svd(vecs @ true_vecs.T, compute_uv=False)
+        sin_true = np.sqrt(max(0.0, 1.0 - float(np.min(s)) ** 2))
+        sub_hits += sin_true <= acc["subspace_sin_theta_bound"] + 1e-12
+    return {"matrix": hits / entries, "matrix_kind": kind, "eigenvalues": eig_hits / reps,
+            "eigenvectors": vec_hits / reps, "subspace": sub_hits / reps,
+            "subspace_bound_informative": acc["subspace_sin_theta_bound"] < 1.0}
 
 
 def sketch_coverage(mechanism: str, *, k: int, epsilon: float, delta: float = 1e-6, reps: int = 200,
@@ -132,12 +161,155 @@ def tensor_coverage(*, d: int = 4, k: int = 2, restarts: int = 1, iterations: in
         dec = private_tensor_power_method(T, k, L=restarts, R=iterations, nu=plan.nu,
                                           chokepoint=FakeChokepoint.seeded(seed * 100_003 + r),
                                           rng=np.random.default_rng(r))
-        lam, V = dec.eigenvalues, dec.eigenvectors
-        u = eigenvalue_uncertainty(lam, tensor_entry_sigmas(V, nu=plan.nu, entry_scale=1.0), restarts=restarts,
-                                   level=level, source="test")
-        for i in range(k):
-            truth = np.einsum("ijk,i,j,k->", T, V[i], V[i], V[i]) - sum(
-                lam[j] * float(V[j] @ V[i]) ** 3 for j in range(i))
-            hits += bool(u.low[i] <= truth <= u.high[i])
-            total += 1
+        u = eigenvalue_uncertainty(dec.eigenvalues, tensor_entry_sigmas(dec.eigenvectors, nu=plan.nu, entry_scale=1.0),
+                                   restarts=restarts, level=level, source="test")
+        hits += _deflated_hits(T, dec, u, k)
+        total += k
+    return {"eigenvalues": hits / total, "kind": u.kind}
+
+
+def _deflated_hits(T: np.ndarray, dec, u, k: int) -> int:
+    """How many of the k eigenvalue intervals hold (T − Σⱼ<ᵢ λ̂ⱼv̂ⱼ^⊗3)(v̂ᵢ, v̂ᵢ, v̂ᵢ), the deflated truth."""
+    lam, V = dec.eigenvalues, dec.eigenvectors
+    hits = 0
+    for i in range(k):
+        truth = np.einsum("ijk,i,j,k->", T, V[i], V[i], V[i]) - sum(lam[j] * float(V[j] @ V[i]) ** 3 for j in range(i))
+        hits += bool(u.low[i] <= truth <= u.high[i])
+    return hits
+
+
+def adassp_coverage(*, p: int = 3, n: int = 2000, epsilon: float = 1.0, delta: float = 1e-6, reps: int = 200,
+                    level: float = 0.95, seed: int = 0, bounded: bool = True) -> dict[str, float]:
+    """Coverage of AdaSSP's intervals: coefficients and intercept (noise only: the truth is the non-private fit
+    on the same rows), X^T X and X^T y in the data's units (the truth: the exact sums of the rows).
+
+    ``bounded``: p bounded features and a bounded label with the intercept column (the release mapped
+    back); otherwise raw rows clipped to norm 1, no intercept (the noise's units).
+    """
+    from spark_dp.second_moment.adassp import adassp, adassp_plan
+    from spark_dp.second_moment.uncertainty import adassp_uncertainty
+
+    rng = np.random.default_rng(seed)
+    if bounded:
+        x, scaling = bounded_rows(n, p + 1, seed=seed)  # p features then the label, constant last
+        beta = rng.normal(size=p)
+        x[:, p] = np.clip(x[:, :p] @ beta * 0.3 + rng.normal(0, 0.2, n), -1, 1)  # label in [-1, 1]
+        order = list(range(p)) + [p + 1, p]  # the constant before the label, as linear_regression builds it
+        vec = x[:, order]
+        cols = list(scaling.columns)
+        scaling = Scaling.of(cols[:p] + [cols[p]], dict(zip(cols, scaling.bounds, strict=True)), constant_at=p)
+        norm_bound = float(np.sqrt(p + 2))
+    else:
+        vec = clipped_rows(n, p + 1, seed=seed)
+        scaling, norm_bound = None, 1.0
+    gram = vec.T @ vec
+    q = gram.shape[0] - 1
+    t = np.eye(q + 1) if scaling is None else scaling.transform()
+    exact_beta = np.linalg.solve(gram[:q, :q], gram[:q, q])
+    truth_coef = exact_beta if scaling is None else scaling.coefficients(exact_beta, q)
+    joint = gram.copy()
+    joint[q, q] = 0.0
+    truth_data = t @ joint @ t.T
+    plan = adassp_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound)
+    hits = {"coefficients": 0, "intercept": 0, "xtx": 0, "xty": 0}
+    counts = dict.fromkeys(hits, 0)
+    iu = np.triu_indices(q)
+    for r in range(reps):
+        res = adassp(gram, chokepoint=FakeChokepoint.seeded(seed * 100_003 + r), plan=plan)
+        u = adassp_uncertainty(res["xtx"], res["xty"], res["coefficients"], plan.sigmas, level,
+                               ridge=float(res["lambda"][0]), scaling=scaling, rng=np.random.default_rng(r))
+        k = None if scaling is None else scaling.constant_at
+        coef = truth_coef if k is None else np.delete(truth_coef, k)
+        truths = {"coefficients": coef, "xtx": truth_data[:q, :q][iu], "xty": truth_data[:q, q]}
+        if k is not None:
+            truths["intercept"] = truth_coef[k:k + 1]
+        for name, truth in truths.items():
+            low, high = u[name].low, u[name].high
+            if name == "xtx":
+                low, high = low[iu], high[iu]
+            hits[name] += int(np.sum((low <= truth) & (truth <= high)))
+            counts[name] += truth.size
+    return {name: hits[name] / counts[name] for name in hits if counts[name]}
+
+
+def input_perturbation_coverage(*, d: int = 4, k: int = 2, epsilon: float = 1.0, delta: float = 1e-6,
+                                reps: int = 100, level: float = 0.95, seed: int = 0,
+                                sigma_factor: float = 1.0) -> dict[str, float]:
+    """Coverage of input perturbation's eigenvalue bound (truth: the deflated tensor at the released vector).
+
+    ``sigma_factor`` scales the σ the bound is computed with (a deliberately wrong σ for the tests).
+    """
+    import dataclasses
+
+    from spark_dp.tensor.input_perturbation import (
+        input_perturbation,
+        input_perturbation_plan,
+        input_perturbation_uncertainty,
+    )
+
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    T = np.einsum("r,ir,jr,kr->ijk", np.linspace(400.0, 200.0, d), Q, Q, Q)
+    plan = input_perturbation_plan(epsilon=epsilon, delta=delta)
+    stated = dataclasses.replace(plan, sigma=plan.sigma * sigma_factor)
+    hits = total = 0
+    for r in range(reps):
+        dec = input_perturbation(T, k, L=3, R=10, plan=plan, chokepoint=FakeChokepoint.seeded(seed * 100_003 + r),
+                                 rng=np.random.default_rng(r))
+        u = input_perturbation_uncertainty(dec, None, stated, level)["eigenvalues"]
+        hits += _deflated_hits(T, dec, u, k)
+        total += k
+    return {"eigenvalues": hits / total, "kind": u.kind}
+
+
+def whitened_coverage(*, d: int = 4, k: int = 2, n: int = 4000, epsilon: float = 1.0, delta: float = 1e-6,
+                      reps: int = 100, level: float = 0.95, seed: int = 0, sigma_factor: float = 1.0,
+                      restarts: int = 1) -> dict[str, float]:
+    """Coverage of the whitened release's eigenvalue intervals (reuse mode: every pass reads all n rows).
+
+    The truth of component i: Σ over the rows of (yᵀμ̂ᵢ)³ − Σⱼ<ᵢ λ̂ⱼ(μ̂ⱼᵀμ̂ᵢ)³, y = Wᵀx with the W whitened
+    from the released M2 and μ̂ the released whitened vectors (captured from the run).
+    """
+    import spark_dp.tensor.whiten as wh
+    from spark_dp.tensor.private import private_online_power_method
+
+    rng = np.random.default_rng(seed)
+    A = np.linalg.qr(rng.normal(size=(d, d)))[0][:, :k] * 0.6
+    X = A[:, rng.integers(0, k, n)].T + rng.normal(0, 0.05, (n, d))
+    X /= np.maximum(np.linalg.norm(X, axis=1) / 1.0, 1.0)[:, None]
+
+    def moments(U, _pass):
+        P = X @ U
+        return X.T @ (P**2), (P**3).sum(axis=0), n
+
+    plan = wh.whitened_rows_plan(epsilon=epsilon, delta=delta, k=k, L=restarts, R=5, norm_bound=1.0, mode="reuse")
+    captured = {}
+    real_whitening = wh.whitening
+
+    def whitening(M2, kk):
+        captured["W"] = real_whitening(M2, kk)[0]
+        return real_whitening(M2, kk)
+
+    def run_passes(moments_y, **kw):
+        captured["dec"] = private_online_power_method(moments_y, **kw)
+        return captured["dec"]
+
+    hits = total = 0
+    wh.whitening, wh.private_online_power_method = whitening, run_passes
+    try:
+        for r in range(reps):
+            w = wh.private_whitened_power_method(moments, X.T @ X, k=k, L=restarts, R=5, plan=plan,
+                                                 chokepoint=FakeChokepoint.seeded(seed * 100_003 + r),
+                                                 rng=np.random.default_rng(r), norm_bound=1.0, mode="reuse")
+            w = wh.WhitenedDecomposition(w.eigenvalues, w.eigenvectors, w.components, w.weights,
+                                         w.pass_sigma * sigma_factor)
+            u = wh.whitened_uncertainty(w, type("Req", (), {"L": restarts})(), level)["eigenvalues"]
+            Y = X @ captured["W"]
+            lam, M = captured["dec"].eigenvalues, captured["dec"].eigenvectors
+            for i in range(k):
+                truth = float(((Y @ M[i]) ** 3).sum()) - sum(lam[j] * float(M[j] @ M[i]) ** 3 for j in range(i))
+                hits += bool(u.low[i] <= truth <= u.high[i])
+                total += 1
+    finally:
+        wh.whitening, wh.private_online_power_method = real_whitening, private_online_power_method
     return {"eigenvalues": hits / total, "kind": u.kind}

@@ -29,6 +29,7 @@ from spark_dp.release.uncertainty import Uncertainty, bound, empirical_interval,
 from tests._samplers import Recorder
 
 EPS, DELTA = 1.0, 1e-6
+BOUNDS3 = {"x1": (-1.0, 2.0), "x2": (-1.0, 1.0), "x3": (-2.0, 1.0)}
 
 
 def _session(tmp_path):
@@ -189,10 +190,21 @@ def test_every_family_releases_its_error_bars(spark, tmp_path):
     p = dp.pca(df, ["x1", "x2", "x3"], 2, norm_bound=1.0, **kw)
     assert {u.kind for u in (p.uncertainty["eigenvalues"], p.uncertainty["eigenvectors"])} == {"bound"}
     assert 0 <= p.manifest["accuracy"]["subspace_sin_theta_bound"] <= 1
-    # AdaSSP's xtx/xty intervals are in the noise's units: a release without the intercept column (with it,
-    # the arrays are mapped to the data's units and the regression's bootstrap intervals apply instead)
+    # AdaSSP: xtx/xty exact (in the data's units with the intercept column), coefficients and intercept from
+    # the bootstrap with its two noise scales (noise only: it releases no y^T y)
     reg = dp.linear_regression(df, ["x1", "x2"], "x3", norm_bound=1.0, mechanism="adassp", fit_intercept=False, **kw)
-    assert {"xtx", "xty"} <= set(reg.uncertainty) and "lambda" not in reg.uncertainty
+    assert set(reg.uncertainty) == {"xtx", "xty", "coefficients"}
+    reg = dp.linear_regression(df, ["x1", "x2"], "x3", mechanism="adassp", bounds=BOUNDS3, **kw)
+    assert set(reg.uncertainty) == {"xtx", "xty", "coefficients", "intercept"} and "lambda" not in reg.uncertainty
+    assert reg.uncertainty["intercept"].covers == "noise" and "mapped" in reg.uncertainty["xtx"].method
+    # with bounds every mechanism's matrix maps back with its intervals, and PCA's bounds are in data units
+    for mech in ("wishart", "jl_ridge", "inverse_wishart"):
+        m = dp.second_moment(df, ["x1", "x2", "x3"], mechanism=mech, bounds=BOUNDS3, **kw)
+        low, high = m.interval("matrix")
+        assert low.shape == (3, 3) and np.all(low <= high) and m.stderr("matrix").shape == (3, 3), mech
+        pb = dp.pca(df, ["x1", "x2", "x3"], 2, mechanism=mech, bounds=BOUNDS3, **kw)
+        assert {"matrix", "eigenvalues", "eigenvectors"} <= set(pb.uncertainty), mech
+        assert "subspace_sin_theta_bound" in pb.manifest["accuracy"], mech
     reg = dp.linear_regression(df, ["x1", "x2"], "x3", norm_bound=1.0, **kw)  # the default intercept
     assert {"coefficients", "intercept"} <= set(reg.uncertainty)
     assert reg.uncertainty["intercept"].covers == "noise+sampling"

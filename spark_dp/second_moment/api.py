@@ -40,7 +40,7 @@ from spark_dp.privacy.quantile import NORM_GRID, QuantilePlan, plan_quantile, pr
 from spark_dp.release import Release
 from spark_dp.release.lineage import input_lineage
 from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, confidence_request, run_release
-from spark_dp.release.uncertainty import Uncertainty, gaussian_interval
+from spark_dp.release.uncertainty import Uncertainty
 from spark_dp.second_moment._registry import MechanismPlan
 from spark_dp.second_moment._scaling import Scaling
 from spark_dp.second_moment.intervals import regression_bootstrap
@@ -58,7 +58,7 @@ from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the
 from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.regression import regression_coefficients, solve_normal_equations
-from spark_dp.second_moment.uncertainty import adassp_uncertainty, matrix_uncertainty, pca_uncertainty
+from spark_dp.second_moment.uncertainty import adassp_uncertainty, drop_index, matrix_uncertainty, pca_uncertainty
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -311,23 +311,14 @@ def _data_matrix(vec: _Vector, matrix: np.ndarray, norm_bound: float, *, keep_co
     return np.delete(np.delete(out, k, axis=0), k, axis=1)
 
 
-def _data_matrix_uncertainty(vec: _Vector, plan: MechanismPlan, matrix: np.ndarray, norm_bound: float,
+def _data_matrix_uncertainty(vec: _Vector, plan: MechanismPlan, released: np.ndarray, norm_bound: float,
                              postprocess: str, level: float, *, keep_constant: bool = False) -> dict[str, Uncertainty]:
-    """``{"matrix": …}``: the mechanism's intervals (:mod:`.uncertainty`) for a release in the noise's units;
-    with a constant column or bounds, Analyze Gauss's noise mapped to the data's units (T·N·Tᵀ, entry sd
-    exact); else {}.
-    """
-    if not vec.scaled:
-        u = matrix_uncertainty(plan.mechanism, plan.privacy, plan.params, matrix, norm_bound, level)
-        return {} if u is None else {"matrix": u}
-    if plan.mechanism != "analyze_gauss" or postprocess != "none" or vec.size > 64:
-        return {}
-    sd = vec.scaling(norm_bound).noise_sd(float(plan.privacy["noise_sigma"]))
+    """``{"matrix": …}`` for the release mapped to the data's units (:func:`.uncertainty.matrix_uncertainty`)."""
+    t = vec.scaling(norm_bound).transform() if vec.scaled else None
+    u = matrix_uncertainty(plan.mechanism, plan.privacy, plan.params, released, norm_bound, level, transform=t)
     k = vec.constant_at
-    if not keep_constant and k is not None:
-        sd = np.delete(np.delete(sd, k, axis=0), k, axis=1)
-    return {"matrix": gaussian_interval(matrix, sd, level, method=(
-        "value ± z·sd with sd that of the Gaussian noise T·N·Tᵀ mapped to the data's units (exact)"))}
+    return {} if u is None else {"matrix": drop_index(u, k) if vec.scaled and not keep_constant and k is not None
+                                 else u}
 
 
 def second_moment(
@@ -452,10 +443,10 @@ def second_moment(
                        neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256, vec=vec,
                        **confidence_request(P.check("confidence", confidence, owner=owner)))
 
-    def finish(matrix, norm_bound: float, plan: MechanismPlan) -> Noised:
-        matrix = _data_matrix(vec, matrix, norm_bound)
+    def finish(released, norm_bound: float, plan: MechanismPlan) -> Noised:
+        matrix = _data_matrix(vec, released, norm_bound)
         return Noised({"matrix": matrix}, uncertainty=_data_matrix_uncertainty(
-            vec, plan, matrix, norm_bound, postprocess, confidence_of(request)))
+            vec, plan, released, norm_bound, postprocess, confidence_of(request)))
 
     return _release(session, df, vec, task="second_moment", plan_for=plan_for, request=request,
                     finish=finish, release_id=release_id,
@@ -586,16 +577,15 @@ def linear_regression(
             beta, xtx, xty = result["coefficients"], result["xtx"], result["xty"]
             if ridge:  # the user's ridge on top of the adaptive one (post-processing)
                 beta, info = solve_normal_equations(xtx, xty, ridge=ridge + lam)
+            unc = adassp_uncertainty(result["xtx"], result["xty"], beta, plan.privacy["noise_scale"],
+                                     confidence_of(request), ridge=ridge + lam, scaling=scaling if vec.scaled else None)
             arrays = {"lambda": result["lambda"]}
             if vec.scaled:
                 joint = np.block([[xtx, xty[:, None]], [xty[None, :], np.zeros((1, 1))]])
                 data = _data_matrix(vec, joint, norm_bound, keep_constant=True)
                 xtx, xty, beta = data[:-1, :-1], data[:-1, -1], scaling.coefficients(beta, label_at)
             out = {**split(beta), "xtx": xtx, "xty": xty, **arrays}
-            # AdaSSP's intervals are in the noise's units: only for a release that is not mapped back.
-            noise_units = {} if vec.scaled else adassp_uncertainty(out, plan.privacy["noise_scale"],
-                                                                   confidence_of(request))
-            return Noised(out, {"solution": {**info, "adaptive_ridge": lam}}, uncertainty=noise_units)
+            return Noised(out, {"solution": {**info, "adaptive_ridge": lam}}, uncertainty=unc)
         uncertainty: dict[str, Uncertainty] = {}
         if fit_intercept or not vec.scaled:
             beta, info = regression_coefficients(result, ridge=ridge)
@@ -606,7 +596,7 @@ def linear_regression(
         else:  # bounds without an intercept: the no-intercept fit in the data's units
             beta, info = regression_coefficients(_data_matrix(vec, result, norm_bound), ridge=ridge)
         matrix = _data_matrix(vec, result, norm_bound, keep_constant=True)
-        uncertainty.update(_data_matrix_uncertainty(vec, plan, matrix, norm_bound, postprocess, confidence_of(request),
+        uncertainty.update(_data_matrix_uncertainty(vec, plan, result, norm_bound, postprocess, confidence_of(request),
                                                     keep_constant=True))
         return Noised({**split(beta), "matrix": matrix}, {"solution": info}, uncertainty=uncertainty)
 
@@ -678,17 +668,16 @@ def pca(
                        nonfinite, privacy_unit, max_rows_per_unit, config_sha256, vec=vec,
                        **confidence_request(P.check("confidence", confidence, owner=owner)))
 
-    def finish(matrix, norm_bound: float, plan: MechanismPlan) -> Noised:
-        matrix = _data_matrix(vec, matrix, norm_bound)
+    def finish(released, norm_bound: float, plan: MechanismPlan) -> Noised:
+        matrix = _data_matrix(vec, released, norm_bound)
         vals, vecs = principal_components(matrix, k)
         level = confidence_of(request)
-        uncertainty = _data_matrix_uncertainty(vec, plan, matrix, norm_bound, postprocess, level)
-        manifest = {}
-        if not vec.scaled:  # the eigen bounds are for the noise's units (Weyl / Davis–Kahan on N)
-            bounds, manifest["accuracy"] = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, matrix, vals,
-                                                           vecs, norm_bound, level)
-            uncertainty = {**uncertainty, **bounds}
-        return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix}, manifest, uncertainty=uncertainty)
+        uncertainty = _data_matrix_uncertainty(vec, plan, released, norm_bound, postprocess, level)
+        t = np.delete(vec.scaling(norm_bound).transform(), vec.constant_at, axis=0) if vec.scaled else None
+        bounds, accuracy = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, released, vals, vecs,
+                                           norm_bound, level, transform=t)  # Weyl / Davis–Kahan (data units with t)
+        return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix}, {"accuracy": accuracy},
+                      uncertainty={**uncertainty, **bounds})
 
     return _release(session, df, vec, task="pca", plan_for=plan_for, request=request, finish=finish,
                     release_id=release_id, nonfinite=nonfinite, dimension=dimension,

@@ -28,7 +28,12 @@ a pilot round of draws (one step of iterated bootstrap bias correction),
 and the interval is β̂ − [q_{1−a/2}, q_{a/2}] of β* − β̂_w. The correction is
 partial: where the ridge bias is large against the noise the intervals
 under-cover (measured in docs/accuracy.md: on the worked example the
-non-private OLS coefficients fall inside 53–85 % of them). Without the
+non-private OLS coefficients fall inside 47–77 % of them). The cause,
+measured there: the bias −c(XᵀX + cI)⁻¹β is linear in the unknown β and
+large in the scaled design's weak directions (bounds centred far from the
+data make the constant column nearly collinear with the features); more
+pilot steps move the centre towards the noisy unshrunk fit without
+widening the interval and lower the coverage further, so one step is kept. Without the
 shift they cover as claimed but the fit has heavy tails (a few runs in a
 hundred blow up).
 
@@ -91,6 +96,9 @@ def regression_bootstrap(
     level: float = 0.95,
     draws: int = 2000,
     rng: np.random.Generator | None = None,
+    sigma_xy: float | None = None,
+    sampling: bool = True,
+    debias: bool | None = None,
 ) -> BootstrapIntervals:
     """Intervals for the coefficients (data units) of a regression released with Analyze Gauss.
 
@@ -106,6 +114,12 @@ def regression_bootstrap(
         draws: bootstrap replicates R.
         rng: a generator (default: fresh OS entropy; the draws are
             post-processing, not privacy noise).
+        sigma_xy: the noise scale of Xᵀy when it differs from XᵀX's
+            (AdaSSP's σ₃; default ``sigma``).
+        sampling: whether the release lets the sampling error be estimated
+            (False for AdaSSP, which releases no yᵀy: noise only).
+        debias: the pilot round's bias correction (default: with a shift);
+            AdaSSP asks for it when its adaptive ridge λ is positive.
     """
     rng = rng if rng is not None else np.random.default_rng()
     m = 0.5 * (matrix + matrix.T) - shift * np.eye(matrix.shape[0])
@@ -116,7 +130,8 @@ def regression_bootstrap(
     floor = max(sigma, 1e-12 * max(abs(vals[-1]), 1.0))  # a noise-sized floor keeps XᵀX̂ invertible
     xtx_pd = (vecs * np.maximum(vals, floor)) @ vecs.T
     k = scaling.constant_at
-    sampling = k is not None
+    sampling = sampling and k is not None
+    sigma_xy = sigma if sigma_xy is None else sigma_xy
     if sampling:
         n_hat = m[k, k] / scaling.constant_value**2
         dof = n_hat - p
@@ -129,10 +144,10 @@ def regression_bootstrap(
     def replicate(world: np.ndarray) -> np.ndarray:
         xty_star = xtx_pd @ world + np.sqrt(s2) * rng.standard_normal((draws, p)) @ chol.T
         a_star = xtx_pd + _symmetric_noise(rng, draws, p, sigma) + (shift + ridge) * np.eye(p)
-        return _solve(a_star, xty_star + rng.normal(0.0, sigma, size=(draws, p)))
+        return _solve(a_star, xty_star + rng.normal(0.0, sigma_xy, size=(draws, p)))
 
     world = beta
-    if shift:
+    if shift if debias is None else debias:
         # The shift is a ridge: β̂ is shrunk, and a world built on it shows too little shrinkage. A pilot
         # round estimates the bias at β̂; the world is then the bias-corrected β̂ + (β̂ − mean β*).
         world = beta + (beta - replicate(beta).mean(axis=0))

@@ -22,10 +22,16 @@ Matrix entries (:func:`matrix_uncertainty`)
       (m−d−1)Σ_iiΣ_jj)/((m−d)(m−d−3))) with Σ estimated by the release
       (plug-in) and a normal approximation. Approximate: coverage measured
       in docs/accuracy.md.
-    * ``postprocess="psd"``: the projection is not linear; for Analyze Gauss
-      and Wishart a *bound* |entry − truth| ≤ ‖P(M) − AᵀA‖₂ ≤ 2‖M − AᵀA‖₂
-      (M the release before the projection; the negative part of M is at
-      most ‖M − AᵀA‖₂ because AᵀA is PSD); none for JL / inverse-Wishart.
+    * ``postprocess="psd"``: the projection is not linear; a *bound*
+      |entry − truth| ≤ ‖P(M) − AᵀA‖₂ ≤ 2‖M − AᵀA‖₂ (M the release before the
+      projection, after the Sheffet mechanisms' shift; the negative part of M
+      is at most ‖M − AᵀA‖₂ because AᵀA is PSD), with the spectral bounds
+      below (multiplicative ones for JL / inverse-Wishart).
+    * In the data's units (``transform`` T, :mod:`._scaling`): the release
+      T·M·Tᵀ against T·AᵀA·Tᵀ; every law maps with the congruence (Gaussian
+      T·N·Tᵀ with the exact entry sd of :func:`gaussian_sd`, Wishart
+      W(B²TTᵀ, k) with correlated entries, JL / inverse-Wishart with scale
+      TΣTᵀ, the shift c·TTᵀ, the PSD bound times ‖tᵢ‖‖tⱼ‖).
 
 Noise spectral norm (:func:`spectral_error`), used by PCA's bounds
     * Gaussian N (d×d symmetric, entries N(0, σ²)): E λ_max(N) ≤ 2σ√d by
@@ -53,7 +59,10 @@ the released spectrum by Weyl: δ ≥ gap_released − ‖E‖₂ (sin θ = 1 wh
 that is ≤ 0). A multiple of I added to E moves no eigenvector, so for
 Wishart E is W − c·I centred on its eigenvalue range. Eigenvector entries
 get the bound |v̂_j − s·v_j| ≤ √2·sin θ (s = ±1, the sign of a unit
-eigenvector is arbitrary).
+eigenvector is arbitrary). For JL and inverse-Wishart ‖E‖₂ is bounded
+multiplicatively (:func:`_noise_norm`: ‖S − Σ‖₂ ≤ λ_max(Σ)·‖M − I‖₂ with
+λ_max(Σ) ≤ λ_max(S)/θ_lo on the same event); in the data's units the
+error T′·E·T′ᵀ has norm ≤ ‖T′‖₂²·‖E‖₂.
 """
 
 from __future__ import annotations
@@ -83,10 +92,14 @@ def _t(level: float) -> float:
 
 
 def _shift(privacy: Mapping[str, Any], params: Mapping[str, Any], d: int, norm_bound: float) -> float:
-    """What the mechanism's ``shift`` post-processing added to the release (a multiple of I)."""
-    if params.get("postprocess") != "shift":
+    """What the mechanism's ``shift`` post-processing added to the release (a multiple of I).
+
+    The Sheffet mechanisms project ``psd`` after their shift (``_postprocess.py``), Analyze Gauss on the
+    release as drawn.
+    """
+    post, mech = params.get("postprocess"), privacy.get("_mechanism")
+    if post != "shift" and not (post == "psd" and mech != "analyze_gauss"):
         return 0.0
-    mech = privacy.get("_mechanism")
     if mech == "analyze_gauss":
         return 2.0 * float(privacy["noise_scale"]) * math.sqrt(d)
     if mech == "wishart":
@@ -135,48 +148,127 @@ def _multiplicative_range(mechanism: str, privacy: Mapping[str, Any], d: int, le
     return (m - d - 1) / s_hi, ((m - d - 1) / s_lo if s_lo > 0 else math.inf)
 
 
+def gaussian_sd(transform: np.ndarray, sigma) -> np.ndarray:
+    """Entry sd of T·N·Tᵀ for symmetric N with independent upper-triangle entries N_kl ~ N(0, S_kl²).
+
+    ``sigma`` is a scalar or a symmetric (m, m) array S. (T N Tᵀ)_ij =
+    Σ_{k≤l} N_kl c_kl with c_kl = T_ik T_jl + T_il T_jk (k < l), T_ik T_jk
+    (k = l), so Var_ij = Σ_kl S²_kl (a_kl² + a_kl a_lk) − Σ_k S²_kk a_kk²
+    with a_kl = T_ik T_jl: the exact noise sd of a Gaussian release mapped
+    back to the data's units (Analyze Gauss, AdaSSP's X^T X and X^T y).
+    """
+    t = np.asarray(transform, dtype=np.float64)
+    s2 = np.broadcast_to(np.asarray(sigma, dtype=np.float64) ** 2, (t.shape[1], t.shape[1]))
+    sq = t * t
+    u = np.einsum("ik,jk->ijk", t, t)
+    var = sq @ s2 @ sq.T + np.einsum("ijk,kl,ijl->ij", u, s2, u) - (sq * np.diag(s2)) @ sq.T
+    return np.sqrt(np.maximum(var, 0.0))
+
+
+@functools.lru_cache(maxsize=16)
+def _chi2_pair(k: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(_SEED)
+    return rng.chisquare(k, SIMULATIONS), rng.chisquare(k, SIMULATIONS)
+
+
+def _wishart_entry_quantiles(scale: np.ndarray, k: int, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Entrywise quantiles of W ~ W_d(Σ, k) (Σ = ``scale``): W_ij = √(Σ_iiΣ_jj)·((1+ρ)/2·X − (1−ρ)/2·Y).
+
+    (For a pair (u, v) of unit normals with correlation ρ, uv = (1+ρ)/2·a² −
+    (1−ρ)/2·b² with a, b independent unit normals; summing k rows gives
+    X, Y i.i.d. χ²_k.) Diagonal entries (ρ = 1) from the χ² quantiles, the
+    others simulated with common draws and a fixed public seed.
+    """
+    from scipy import stats
+
+    a = (1.0 - level) / 2.0
+    diag = np.sqrt(np.maximum(np.diag(scale), 0.0))
+    norm = np.outer(diag, diag)
+    rho = np.divide(scale, norm, out=np.zeros_like(scale), where=norm > 0)
+    lo, hi = np.empty_like(scale), np.empty_like(scale)
+    d = scale.shape[0]
+    for i in range(d):
+        for j in range(i, d):
+            r = float(np.clip(round(rho[i, j], 12), -1.0, 1.0))
+            if abs(r) == 1.0:
+                q = stats.chi2.ppf([a, 1.0 - a], k)
+                ql, qh = (float(q[0]), float(q[1])) if r > 0 else (-float(q[1]), -float(q[0]))
+            else:
+                ql, qh = _correlated_product_quantiles(k, level, r)
+            lo[i, j] = lo[j, i] = norm[i, j] * ql
+            hi[i, j] = hi[j, i] = norm[i, j] * qh
+    return lo, hi
+
+
+@functools.lru_cache(maxsize=4096)
+def _correlated_product_quantiles(k: int, level: float, rho: float) -> tuple[float, float]:
+    """Quantiles of (1+ρ)/2·X − (1−ρ)/2·Y, X, Y i.i.d. χ²_k (simulated, fixed seed; ρ = 0 is (X − Y)/2)."""
+    if rho == 0.0:
+        return _wishart_offdiag_quantiles(k, level)
+    x, y = _chi2_pair(k)
+    a = (1.0 - level) / 2.0
+    ql, qh = np.quantile((1.0 + rho) / 2.0 * x - (1.0 - rho) / 2.0 * y, [a, 1.0 - a])
+    return float(ql), float(qh)
+
+
+def drop_index(u: Uncertainty, k: int) -> Uncertainty:
+    """The uncertainty of a square matrix without row and column ``k`` (the constant column)."""
+    def cut(a):
+        return None if a is None else np.delete(np.delete(a, k, axis=0), k, axis=1)
+    return Uncertainty(cut(u.low), cut(u.high), cut(u.stderr), u.method, kind=u.kind, covers=u.covers)
+
+
 def matrix_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mapping[str, Any], matrix: np.ndarray,
-                       norm_bound: float, level: float) -> Uncertainty | None:
-    """The entries' uncertainty of a released second-moment matrix (module doc); None where there is none."""
+                       norm_bound: float, level: float, *, transform: np.ndarray | None = None) -> Uncertainty | None:
+    """The entries' uncertainty of a released second-moment matrix (module doc); None where there is none.
+
+    ``matrix`` is the release as the mechanism made it (the noise's units,
+    post-processed). With ``transform`` T (the public affine map of
+    :mod:`._scaling`, invertible) the uncertainty is that of T·matrix·Tᵀ,
+    the release in the data's units, against the truth T·AᵀA·Tᵀ: the map is
+    exact post-processing, so every distribution maps with it — the Gaussian
+    noise T·N·Tᵀ (exact sd, :func:`gaussian_sd`), the Wishart noise
+    T·W·Tᵀ ~ W(B²TTᵀ, k), JL's W(TΣTᵀ, r)/r and inverse-Wishart's
+    (m−d−1)W⁻¹(TΣTᵀ, m) (a congruence maps Wishart to Wishart), the shift
+    c·I to c·TTᵀ and the PSD bound to 2‖M − AᵀA‖₂·‖t_i‖‖t_j‖ (rows t_i of T).
+    """
     matrix = np.asarray(matrix, dtype=np.float64)
     d = matrix.shape[0]
+    t = np.eye(d) if transform is None else np.asarray(transform, dtype=np.float64)
+    data = matrix if transform is None else t @ matrix @ t.T
+    ttt = t @ t.T
+    mapped = "" if transform is None else ", mapped to the data's units by the public affine map T (T.M.T^T)"
     post = params.get("postprocess", "none")
     if post == "psd":
-        err = spectral_error(mechanism, privacy, params, d, norm_bound, level)
-        if err is None:
-            return None
-        c, r = err
-        return bound(matrix, 2.0 * (abs(c) + r), method=(
-            "bound: |entry - truth| <= ||P(M) - A^T A||_2 <= 2 ||M - A^T A||_2 for the PSD projection P, with a "
-            f"high-probability bound on the {mechanism} noise's spectral norm (Davidson & Szarek 2001)"))
+        c, r, how = _noise_norm(mechanism, privacy, params, matrix, norm_bound, level)
+        rows = np.sqrt(np.diag(ttt))
+        return bound(data, 2.0 * (abs(c) + r) * np.outer(rows, rows), method=(
+            "bound: |entry - truth| <= ||P(M) - A^T A||_2 <= 2 ||M - A^T A||_2 for the PSD projection P, with "
+            f"{how}{mapped}"))
     shift = _shift({**privacy, "_mechanism": mechanism}, params, d, norm_bound)
-    centre = matrix - shift * np.eye(d)
+    centre = data - shift * ttt
     if mechanism == "analyze_gauss":
         sigma = float(privacy["noise_scale"])
-        u = gaussian_interval(centre, sigma, level, method=(
-            "exact: (value - shift) +/- z*sigma, the Gaussian noise of Analyze Gauss (sigma from the manifest; "
-            "mirror entries share their noise)"))
+        sd = np.full((d, d), sigma) if transform is None else gaussian_sd(t, sigma)
+        u = gaussian_interval(centre, sd, level, method=(
+            "exact: (value - shift) +/- z*sd, the Gaussian noise of Analyze Gauss (sigma from the manifest; "
+            f"mirror entries share their noise){mapped}"))
         return Uncertainty(u.low, u.high, u.stderr, u.method)
     if mechanism == "wishart":
-        k, b2 = int(privacy["dof"]), norm_bound**2
-        from scipy import stats
-
-        a = (1.0 - level) / 2.0
-        off_lo, off_hi = _wishart_offdiag_quantiles(k, level)
-        q_lo = np.full((d, d), b2 * off_lo)
-        q_hi = np.full((d, d), b2 * off_hi)
-        np.fill_diagonal(q_lo, b2 * stats.chi2.ppf(a, k))
-        np.fill_diagonal(q_hi, b2 * stats.chi2.ppf(1.0 - a, k))
-        se = np.full((d, d), b2 * math.sqrt(k))
-        np.fill_diagonal(se, b2 * math.sqrt(2.0 * k))
-        # error = released - shift - truth = W (of known distribution): truth in [centre - q_hi, centre - q_lo]
+        k = int(privacy["dof"])
+        scale = norm_bound**2 * ttt
+        q_lo, q_hi = _wishart_entry_quantiles(scale, k, level)
+        dg = np.diag(scale)
+        se = np.sqrt(k * (scale**2 + np.outer(dg, dg)))
+        # error = released - shift - truth = T W T^T ~ W(B^2 T T^T, k): truth in [centre - q_hi, centre - q_lo]
         return Uncertainty(centre - q_hi, centre - q_lo, se, (
-            "exact distribution of the additive Wishart noise: diagonal B^2 chi2_k quantiles, off-diagonal "
-            f"B^2 (X - Y)/2 with X, Y iid chi2_k, quantiles simulated ({SIMULATIONS} draws, fixed seed)"))
+            "exact distribution of the additive Wishart noise W(B^2 T T^T, k) (T = I without bounds): diagonal "
+            "Sigma_ii chi2_k quantiles, off-diagonal sqrt(Sigma_ii Sigma_jj)((1+rho)/2 X - (1-rho)/2 Y) with X, Y "
+            f"iid chi2_k, quantiles simulated ({SIMULATIONS} draws, fixed seed){mapped}"))
     # multiplicative mechanisms: plug-in variance, normal approximation
     w2 = float(privacy["ridge_w2"])
-    sigma_hat = centre  # the release as drawn: an unbiased estimate of Σ = AᵀA + w²I
-    centre = sigma_hat - w2 * np.eye(d)
+    sigma_hat = centre  # the release as drawn: an unbiased estimate of T Σ T^T, Σ = AᵀA + w²I
+    centre = sigma_hat - w2 * ttt
     diag = np.diag(sigma_hat)
     if mechanism == "jl_ridge":
         r = int(privacy["projection_rows"])
@@ -191,23 +283,67 @@ def matrix_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mappi
     se = np.sqrt(np.maximum(var, 0.0))
     return symmetric_interval(centre, normal_quantile(level) * se, se, method=(
         f"derived (approximate): exact entry variances of {how}, Sigma estimated by the release (plug-in), "
-        "normal approximation"))
+        f"normal approximation{mapped}"))
+
+
+def _noise_norm(mechanism: str, privacy: Mapping[str, Any], params: Mapping[str, Any], matrix: np.ndarray,
+                norm_bound: float, level: float) -> tuple[float, float, str]:
+    """(c, r, how): ‖released − AᵀA − c·I‖₂ ≤ r with probability ≥ level, for every mechanism.
+
+    Additive (:func:`spectral_error`). Multiplicative (JL, inverse-Wishart):
+    released = S − s·I (s = w² after ``shift``/``psd``, else 0) with S =
+    L·M·Lᵀ, LLᵀ = Σ = AᵀA + w²I, so released − AᵀA − (w² − s)·I = S − Σ =
+    L(M − I)Lᵀ and ‖S − Σ‖₂ ≤ λ_max(Σ)·max(θ_hi − 1, 1 − θ_lo) on the event
+    that M's eigenvalues lie in [θ_lo, θ_hi]; on the same event Ostrowski
+    gives λ_max(Σ) ≤ λ_max(S)/θ_lo, with λ_max(S) ≤ λ_max(released)⁺ + s.
+    So r = (λ_max(released)⁺ + s)/θ_lo · max(θ_hi − 1, 1 − θ_lo), c = w² − s.
+    """
+    d = matrix.shape[0]
+    err = spectral_error(mechanism, privacy, params, d, norm_bound, level)
+    if err is not None:
+        return err[0], err[1], f"a high-probability bound on the {mechanism} noise's spectral norm " \
+                               "(Davidson & Szarek 2001, Gaussian concentration)"
+    lo_t, hi_t = _multiplicative_range(mechanism, privacy, d, level)
+    w2 = float(privacy["ridge_w2"])
+    s = w2 if params.get("postprocess", "none") in ("shift", "psd") else 0.0
+    top = max(float(np.linalg.eigvalsh(matrix)[-1]), 0.0) + s
+    r = (top / lo_t) * max(hi_t - 1.0, 1.0 - lo_t) if lo_t > 0 else math.inf
+    return w2 - s, r, (f"||S - Sigma||_2 <= lambda_max(Sigma) ||M - I||_2 for the multiplicative {mechanism} noise "
+                       "S = L M L^T, M's eigenvalue range by Davidson & Szarek 2001 and lambda_max(Sigma) <= "
+                       "lambda_max(S)/theta_lo (Ostrowski) on the same event")
 
 
 def pca_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mapping[str, Any], matrix: np.ndarray,
                     eigenvalues: np.ndarray, eigenvectors: np.ndarray, norm_bound: float,
-                    level: float) -> tuple[dict[str, Uncertainty], dict[str, Any]]:
+                    level: float, *, transform: np.ndarray | None = None) -> tuple[dict[str, Uncertainty], dict[str, Any]]:
     """Bounds on the released eigenvalues and eigenvectors, and the subspace angle bound (module doc).
+
+    ``matrix`` is the release in the noise's units. With ``transform`` T′
+    (d × size: the rows of the public affine map for the data columns, the
+    constant's row left out) the eigenpairs are those of T′·matrix·T′ᵀ (the
+    release in the data's units) and the truth is T′·AᵀA·T′ᵀ; the error is
+    T′·(M − AᵀA)·T′ᵀ, whose norm is at most ‖T′‖₂²·(|c| + r).
 
     Returns (uncertainty by array name, manifest ``accuracy`` fields).
     """
     matrix = np.asarray(matrix, dtype=np.float64)
-    d, k = matrix.shape[0], len(eigenvalues)
+    k = len(eigenvalues)
+    post = params.get("postprocess", "none")
     out: dict[str, Uncertainty] = {}
-    err = spectral_error(mechanism, privacy, params, d, norm_bound, level)
-    if err is None:  # multiplicative: Ostrowski on the eigenvalues only
-        lo_t, hi_t = _multiplicative_range(mechanism, privacy, d, level)
-        post = params.get("postprocess", "none")
+    c, r, how = _noise_norm(mechanism, privacy, params, matrix, norm_bound, level)
+    multiplicative = mechanism not in ("analyze_gauss", "wishart")
+    c_eig, r_eig = c, r  # Weyl on the eigenvalues needs no doubling: P clips eigenvalues towards the truth's
+    if post == "psd":
+        r, c = 2.0 * (abs(c) + r), 0.0  # ||P(M) - A|| <= 2 ||M - A|| (module doc); no multiple of I after P
+    data = matrix
+    if transform is not None:
+        t = np.asarray(transform, dtype=np.float64)
+        data = t @ matrix @ t.T
+        r, c = float(np.linalg.norm(t, 2)) ** 2 * (abs(c) + r), 0.0
+        c_eig, r_eig = c, r
+        how += "; mapped to the data's units: ||T' E T'^T||_2 <= ||T'||_2^2 ||E||_2"
+    if multiplicative and transform is None:  # Ostrowski on the eigenvalues: relative, tighter than Weyl
+        lo_t, hi_t = _multiplicative_range(mechanism, privacy, matrix.shape[0], level)
         w2 = float(privacy["ridge_w2"])
         raw = eigenvalues + (w2 if post in ("shift", "psd") else 0.0)  # eigenvalues of the release as drawn
         # (a clipped eigenvalue of "psd" had raw <= w², so raw = w² bounds it above; below, truth >= 0 holds)
@@ -216,17 +352,17 @@ def pca_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mapping[
         out["eigenvalues"] = Uncertainty(low, high, None, (
             "bound: Ostrowski's theorem with a high-probability range of the multiplicative noise's eigenvalues "
             "(Davidson & Szarek 2001), minus the ridge w^2"), kind="bound")
-        return out, {"eigenvalue_bound": "Ostrowski", "eigenvector_bound": None}
-    c, r = err
-    # Eigenvalues: Weyl on E − c·I; the PSD projection clips eigenvalues at 0, which moves none further
-    # from a true (non-negative) one.
-    out["eigenvalues"] = Uncertainty(np.maximum(eigenvalues - c - r, 0.0), eigenvalues - c + r, None, (
-        "bound: Weyl's inequality |lambda_i(A + E) - lambda_i(A)| <= ||E||_2 with a high-probability bound on "
-        f"the {mechanism} noise's spectral norm ({r:.6g}; Davidson & Szarek 2001, Gaussian concentration)"),
-        kind="bound")
-    if params.get("postprocess") == "psd":
-        r = 2.0 * (abs(c) + r)  # ||P(M) - A|| <= 2 ||M - A|| (module doc); no multiple of I to remove after P
-    spectrum = np.sort(np.linalg.eigvalsh(matrix))[::-1]
+        eig_how = "Ostrowski"
+    else:
+        # Weyl on E − c·I; the PSD projection clips eigenvalues at 0, which moves none further from a true
+        # (non-negative) one.
+        out["eigenvalues"] = Uncertainty(np.maximum(eigenvalues - c_eig - r_eig, 0.0), eigenvalues - c_eig + r_eig,
+                                         None, (f"bound: Weyl's inequality |lambda_i(A + E) - lambda_i(A)| <= "
+                                                f"||E||_2 <= {r_eig:.6g}, from {how}"),
+            kind="bound")
+        eig_how = "Weyl"
+    spectrum = np.sort(np.linalg.eigvalsh(data))[::-1]
+    d = data.shape[0]
     sines = np.empty(k)
     for i in range(k):
         gaps = [spectrum[i - 1] - spectrum[i]] if i > 0 else []
@@ -235,11 +371,14 @@ def pca_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mapping[
         sines[i] = 1.0 if gap <= 0 else min(1.0, r / gap)
     out["eigenvectors"] = bound(eigenvectors, (math.sqrt(2.0) * sines)[:, None] * np.ones_like(eigenvectors),
                                 method=("bound up to each vector's sign: |v_hat_j - s v_j| <= sqrt(2) sin(theta), "
-                                        "Davis-Kahan sin(theta) <= ||E||_2 / (released eigengap - ||E||_2)"))
+                                        "Davis-Kahan sin(theta) <= ||E||_2 / (released eigengap - ||E||_2), "
+                                        f"||E||_2 from {how}"))
     sub_gap = (spectrum[k - 1] - spectrum[k] - r) if k < d else math.inf
     sin_sub = 1.0 if sub_gap <= 0 else min(1.0, r / sub_gap)
     return out, {
-        "noise_spectral_norm_bound": r,
+        "eigenvalue_bound": eig_how,
+        "eigenvector_bound": "Davis-Kahan",
+        "noise_spectral_norm_bound": r if math.isfinite(r) else None,  # None: no finite bound (JL/iW, small r)
         "subspace_sin_theta_bound": sin_sub,
         "subspace_angle_bound_radians": math.asin(sin_sub),
         "subspace_bound": ("Davis-Kahan sin(theta) theorem: the largest principal angle between the released and "
@@ -247,17 +386,54 @@ def pca_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mapping[
     }
 
 
-def adassp_uncertainty(result: Mapping[str, np.ndarray], sigmas, level: float) -> dict[str, Uncertainty]:
-    """AdaSSP's released statistics: X^T X + N (symmetric, σ₂) and X^T y + N (σ₃), exact Gaussian intervals.
+def adassp_uncertainty(xtx: np.ndarray, xty: np.ndarray, beta: np.ndarray, sigmas, level: float, *,
+                       ridge: float, scaling=None, rng: np.random.Generator | None = None) -> dict[str, Uncertainty]:
+    """AdaSSP's released X^T X + N (σ₂), X^T y + N (σ₃) and its coefficients' intervals (and intercept's).
 
-    ``lambda`` is the algorithm's adaptive ridge (a choice, not an estimate
-    of a data value) and has none; the coefficients are left to the
-    regression's own interval method.
+    ``xtx``, ``xty`` and ``beta`` are in the vector's units (before any map
+    back). ``xtx``/``xty``: exact Gaussian intervals; with ``scaling`` (the
+    release's public affine map T) those of the arrays mapped back, rows
+    [X y]·Tᵀ, whose noise T·N·Tᵀ has the exact sd of :func:`gaussian_sd`
+    (σ₂ on the X^T X block, σ₃ on X^T y, none on the unreleased yᵀy).
+
+    ``coefficients`` (and ``intercept`` with the constant column): the
+    parametric bootstrap of :mod:`.intervals` with AdaSSP's two noise scales
+    and its ridge λ held fixed (with the pilot bias correction when λ > 0).
+    AdaSSP releases no yᵀy, so the residual variance and the sampling error
+    cannot be estimated from the release: these intervals cover the privacy
+    noise only (``covers="noise"``; the truth is the non-private fit on the
+    same clipped rows). ``lambda`` is the algorithm's adaptive ridge (a
+    choice, not an estimate of a data value) and has none.
     """
+    from spark_dp.second_moment._scaling import Scaling
+    from spark_dp.second_moment.intervals import regression_bootstrap
+
     _, s2, s3 = (float(s) for s in sigmas)
-    return {
-        "xtx": gaussian_interval(result["xtx"], s2, level, method=(
-            "exact: value +/- z*sigma_2, AdaSSP's Gaussian noise on X^T X (mirror entries share their noise)")),
-        "xty": gaussian_interval(result["xty"], s3, level, method=(
-            "exact: value +/- z*sigma_3, AdaSSP's Gaussian noise on X^T y")),
+    p = xtx.shape[0]
+    joint = np.block([[xtx, xty[:, None]], [xty[None, :], np.zeros((1, 1))]])
+    if scaling is None:
+        scaling = Scaling(tuple(f"x{i}" for i in range(p + 1)), (None,) * (p + 1))
+    t = scaling.transform()
+    s = np.full((p + 1, p + 1), s2)
+    s[:p, p] = s[p, :p] = s3
+    s[p, p] = 0.0
+    data = t @ joint @ t.T
+    sd = gaussian_sd(t, s)
+    mapped = "" if np.array_equal(t, np.eye(p + 1)) else " mapped to the data's units (T N T^T, exact sd)"
+    out = {
+        "xtx": gaussian_interval(data[:p, :p], sd[:p, :p], level, method=(
+            f"exact: value +/- z*sd, AdaSSP's Gaussian noise on X^T X (sigma_2; mirror entries share their "
+            f"noise){mapped}")),
+        "xty": gaussian_interval(data[:p, p], sd[:p, p], level, method=(
+            f"exact: value +/- z*sd, AdaSSP's Gaussian noise on X^T y (sigma_3){mapped}")),
     }
+    got = regression_bootstrap(joint, beta, sigma=s2, sigma_xy=s3, scaling=scaling, label_at=p, ridge=ridge,
+                               level=level, sampling=False, debias=ridge > 0, rng=rng)
+    method = got.method + ", AdaSSP's sigma_2 on X^T X and sigma_3 on X^T y, its ridge lambda held fixed; " \
+                          "noise only (AdaSSP releases no y^T y to estimate the sampling error from)"
+    k = scaling.constant_at
+    part = {"coefficients": np.arange(p)} if k is None else {
+        "coefficients": np.delete(np.arange(p), k), "intercept": np.array([k])}
+    for name, idx in part.items():
+        out[name] = Uncertainty(got.low[idx], got.high[idx], got.stderr[idx], method, covers="noise")
+    return out

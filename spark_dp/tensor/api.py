@@ -411,7 +411,8 @@ def _whitened_plan(session, source, on, req, *, release_id, request, extra, mech
     def noise(exact, cp: Chokepoint) -> dict[str, np.ndarray]:
         frame, gram = exact
         try:
-            return payload(on.run_whitened(moments_of(frame), gram, None, req, plan, cp, rng))
+            w = on.run_whitened(moments_of(frame), gram, None, req, plan, cp, rng)
+            return Noised(payload(w), uncertainty=on.uncertainty(w, req, plan, confidence_of(request)))
         finally:
             source.release(frame)
 

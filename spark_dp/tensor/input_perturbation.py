@@ -117,6 +117,43 @@ def input_perturbation(
     return power_method_checked(noisy, k, L=L, R=R, rng=rng)  # noisy is finite and exactly symmetric by construction
 
 
+def noise_operator_norm_bound(d: int, sigma: float, level: float) -> float:
+    """r with ‖E‖op ≤ r with probability ≥ ``level`` for the noise tensor E of :func:`noisy_symmetric_tensor`.
+
+    For a unit u, E(u, u, u) = Σ over unique (i ≤ j ≤ k) of (6/w)·E_ijk·u_iu_ju_k
+    (6/w orderings of each) with (6/w)·E_ijk ~ N(0, (6σ)²): a centred normal
+    with standard deviation ≤ 6σ (Σ_unique (u_iu_ju_k)² ≤ ‖u‖⁶ = 1). For a
+    symmetric tensor ‖E‖op = sup over unit v of |E(v, v, v)| (Banach 1938),
+    and E(v,v,v) − E(u,u,u) is a sum of three multilinear terms each at most
+    ‖E‖op·‖v − u‖, so over a 1/6-net N of the sphere (|N| ≤ 13^d, Vershynin
+    2018, Cor. 4.2.13) ‖E‖op ≤ 2·max_N |E(u,u,u)|. A union bound over N:
+    ‖E‖op ≤ 12σ·√(2(d ln 13 + ln(2/α))) with probability ≥ 1 − α.
+    """
+    from spark_dp.release.uncertainty import check_level
+
+    alpha = 1.0 - check_level(level)
+    return 12.0 * sigma * float(np.sqrt(2.0 * (d * np.log(13.0) + np.log(2.0 / alpha))))
+
+
+def input_perturbation_uncertainty(dec: TensorDecomposition, req, plan: PrivatePlan, level: float) -> dict:
+    """Eigenvalues: a bound ‖E‖op (:func:`noise_operator_norm_bound`); eigenvectors: the trivial one.
+
+    Alg. 1 on T + E releases λ̂ᵢ = (T + E − Σⱼ<ᵢ λ̂ⱼv̂ⱼ^⊗3)(v̂ᵢ, v̂ᵢ, v̂ᵢ), so
+    against the truth (T − Σⱼ<ᵢ λ̂ⱼv̂ⱼ^⊗3)(v̂ᵢ, v̂ᵢ, v̂ᵢ) — the deflated tensor's
+    value at the released vector, as for Alg. 3 — the error is E(v̂ᵢ, v̂ᵢ, v̂ᵢ),
+    at most ‖E‖op for every i at once.
+    """
+    from spark_dp.release.uncertainty import bound
+    from spark_dp.tensor.private import decomposition_uncertainty
+
+    d = np.asarray(dec.eigenvectors).shape[1]
+    r = noise_operator_norm_bound(d, plan.sigma, level)
+    vals = bound(dec.eigenvalues, r, method=(
+        "bound: |lambda_i - T_deflated(v_i, v_i, v_i)| = |E(v_i, v_i, v_i)| <= ||E||_op <= "
+        f"12 sigma sqrt(2 (d ln 13 + ln(2/alpha))) = {r:.6g} (epsilon-net and union bound; noise only)"))
+    return decomposition_uncertainty(vals, dec)
+
+
 # -- the registry entry (spark_dp.tensor.mechanisms.REGISTRY): explicit tensors, tensor_entry neighbours --------
 INPUT_PERTURBATION = TensorMechanismSpec("input_perturbation", explicit=OnInput(
     plan=lambda req: input_perturbation_plan(epsilon=req.epsilon, delta=req.delta, calibration=req.calibration,
@@ -129,4 +166,5 @@ INPUT_PERTURBATION = TensorMechanismSpec("input_perturbation", explicit=OnInput(
         "noise_scale": plan.sigma, "noise_sigma": plan.sigma,
         "entry_scale": req.entry_scale,
     },
+    uncertainty=input_perturbation_uncertainty,
 ))

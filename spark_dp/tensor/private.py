@@ -439,6 +439,26 @@ def eigenvalue_uncertainty(eigenvalues: np.ndarray, sigmas: np.ndarray, *, resta
         kind="interval" if restarts == 1 else "bound")
 
 
+#: Method text of the eigenvector (and whitened weight) bounds: the power method's vectors have no rigorous
+#: error bound computable from the release (docs/accuracy.md, "Tensor").
+NO_VECTOR_BOUND = (
+    "trivial bound only: every entry of a unit vector lies in [-1, 1]. No rigorous bound on the released "
+    "vectors' error is computable from the release: the power method's perturbation guarantees (Wang & "
+    "Anandkumar 2016, Thm 3.1/4.1; Anandkumar et al. 2014, Thm 5.1) need the tensor's eigengap and incoherence, "
+    "which are data, and constants the papers do not state sharply")
+
+
+def trivial_unit_bound(vectors: np.ndarray, *, what: str = "") -> Uncertainty:
+    """[-1, 1] for every entry of unit vectors, as a ``bound`` whose method says no rigorous one exists."""
+    v = np.asarray(vectors, dtype=np.float64)
+    return Uncertainty(-np.ones_like(v), np.ones_like(v), None, NO_VECTOR_BOUND + what, kind="bound")
+
+
+def decomposition_uncertainty(eigenvalues: Uncertainty, dec) -> dict[str, Uncertainty]:
+    """``eigenvalues`` as given and the eigenvectors' trivial bound (:data:`NO_VECTOR_BOUND`)."""
+    return {"eigenvalues": eigenvalues, "eigenvectors": trivial_unit_bound(dec.eigenvectors)}
+
+
 def tensor_entry_sigmas(eigenvectors: np.ndarray, *, nu: float, entry_scale: float) -> np.ndarray:
     """σᵢ = ν·c·‖v̂ᵢ‖∞³ of each released eigenvalue (Alg. 3 step 10 on an explicit tensor)."""
     return nu * entry_scale * np.max(np.abs(np.asarray(eigenvectors, dtype=np.float64)), axis=1) ** 3
@@ -478,6 +498,20 @@ def _rows_privacy(plan: PrivatePlan, req: TensorRequest) -> dict:
     }
 
 
+def _rows_uncertainty(dec, req: TensorRequest, plan: PrivatePlan, level: float) -> dict[str, Uncertainty]:
+    """Alg. 3 over rows: each eigenvalue ± z·σ of its pass (Bonferroni over L); with ``whiten`` σ is the
+    whitened passes' (from the released M2: :func:`spark_dp.tensor.whiten.whitened_uncertainty`).
+    """
+    if req.whiten:
+        from spark_dp.tensor.whiten import whitened_uncertainty
+
+        return whitened_uncertainty(dec, req, level)
+    return decomposition_uncertainty(eigenvalue_uncertainty(
+        dec.eigenvalues, np.full(req.k, plan.sigma / (req.rows_per_round or 1)), restarts=req.L, level=level,
+        source="= the eigenvalue pass's sigma" + (" / rows_per_round" if req.rows_per_round else "")
+        + " (noise_scale in the manifest); the truth is the sum over that pass's rows"), dec)
+
+
 def _run_rows_whitened(moments, m2_sum, n, req, plan, cp, rng):
     from spark_dp.tensor.whiten import private_whitened_power_method
 
@@ -494,10 +528,10 @@ PRIVATE_POWER_METHOD = TensorMechanismSpec(
         run=lambda T, req, plan, cp, rng: private_tensor_power_method(
             T, req.k, L=req.L, R=req.R, nu=plan.nu, chokepoint=cp, rng=rng, entry_scale=req.entry_scale),
         privacy=_explicit_privacy,
-        uncertainty=lambda dec, req, plan, level: {"eigenvalues": eigenvalue_uncertainty(
+        uncertainty=lambda dec, req, plan, level: decomposition_uncertainty(eigenvalue_uncertainty(
             dec.eigenvalues, tensor_entry_sigmas(dec.eigenvectors, nu=plan.nu, entry_scale=req.entry_scale),
             restarts=req.L, level=level,
-            source="= nu*c*||v_i||_inf^3, the sigma it was released with (nu from the manifest)")},
+            source="= nu*c*||v_i||_inf^3, the sigma it was released with (nu from the manifest)"), dec),
     ),
     rows=OnInput(
         plan=_rows_events,
@@ -506,9 +540,6 @@ PRIVATE_POWER_METHOD = TensorMechanismSpec(
             rows_per_round=req.rows_per_round),
         run_whitened=_run_rows_whitened,
         privacy=_rows_privacy,
-        uncertainty=lambda dec, req, plan, level: {} if req.whiten else {"eigenvalues": eigenvalue_uncertainty(
-            dec.eigenvalues, np.full(req.k, plan.sigma / (req.rows_per_round or 1)), restarts=req.L, level=level,
-            source="= the eigenvalue pass's sigma" + (" / rows_per_round" if req.rows_per_round else "")
-            + " (noise_scale in the manifest); the truth is the sum over that pass's rows")},
+        uncertainty=_rows_uncertainty,
     ),
 )

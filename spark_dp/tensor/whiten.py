@@ -47,12 +47,15 @@ class WhitenedDecomposition:
         components: (k, d) the unwhitened components aₕ = λ̂ₕ (Wᵀ)⁺μ̂ₕ.
         weights: (k,) mixture weights wₕ ∝ λ̂ₕ^{-2}, normalised to sum to 1
             (with sums rather than means the raw λ̂ₕ^{-2} is n·wₕ).
+        pass_sigma: σ of the whitened power passes (a function of the
+            released M2, public parameters and B), None when not private.
     """
 
     eigenvalues: np.ndarray
     eigenvectors: np.ndarray
     components: np.ndarray
     weights: np.ndarray
+    pass_sigma: float | None = None
 
 
 def whitening(M2: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -183,4 +186,34 @@ def private_whitened_power_method(
     dec = private_online_power_method(whitened_moments(moments, W), d=k, k=k, L=L, R=R, plan=passes_plan,
                                       chokepoint=chokepoint, rng=rng)
     # A fresh pass reads about 1/passes of the rows whose M2 was whitened against.
-    return unwhiten(dec, W_pinv_T, scale=float(k * (R + 1)) if mode == "fresh" else 1.0)
+    return dataclasses.replace(unwhiten(dec, W_pinv_T, scale=float(k * (R + 1)) if mode == "fresh" else 1.0),
+                               pass_sigma=float(passes_plan.sigma))
+
+
+def whitened_uncertainty(w: WhitenedDecomposition, req, level: float) -> dict:
+    """Error bars of a private whitened release (post-processing of the release and public parameters).
+
+    ``eigenvalues``: each λ̂ₕ is the eigenvalue pass's noisy sum over its rows
+    of the whitened deflated tensor at the released whitened vector, plus
+    N(0, σ²) with σ the passes' (z·f·m·√L·B_y³, B_y = ‖W‖op·B, W from the
+    released M2): ± z·σ, Bonferroni over the L candidates, as without
+    whitening (:func:`spark_dp.tensor.private.eigenvalue_uncertainty`; the
+    truth uses the *released* whitening W, noise only). ``eigenvectors`` and
+    ``weights`` (in [0, 1], they sum to 1): trivial bounds, no rigorous one is
+    computable (:data:`spark_dp.tensor.private.NO_VECTOR_BOUND`).
+    ``components`` have none: no finite bound exists without the data's
+    eigengap (documented exclusion, docs/accuracy.md).
+    """
+    from spark_dp.release.uncertainty import Uncertainty
+    from spark_dp.tensor.private import eigenvalue_uncertainty, trivial_unit_bound
+
+    if w.pass_sigma is None:
+        return {}
+    vals = eigenvalue_uncertainty(w.eigenvalues, np.full(len(w.eigenvalues), w.pass_sigma), restarts=req.L,
+                                  level=level, source="= the whitened passes' sigma (from the released M2 and B)")
+    weights = np.asarray(w.weights, dtype=np.float64)
+    return {"eigenvalues": vals, "eigenvectors": trivial_unit_bound(w.eigenvectors),
+            "weights": Uncertainty(np.zeros_like(weights), np.ones_like(weights), None, (
+                "trivial bound only: mixture weights lie in [0, 1]; no rigorous bound on their error is computable "
+                "from the release (they are lambda^-2 of the whitened eigenvalues, whose truth is the model's)"),
+                kind="bound")}
