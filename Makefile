@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.spark-dp-installed
 
-.PHONY: demo test dist smoke
+.PHONY: demo test dist smoke smoke-all
 
 demo: $(STAMP)
 	@$(PY) -m spark_dp.cli.demo
@@ -28,6 +28,11 @@ dist: $(STAMP)
 # The version-matrix smoke run alone (pyspark 3.5; pyspark 4.3 + pandas 3), on the built wheel.
 smoke: $(STAMP)
 	@$(PY) -m pytest -m matrix
+
+# The full version matrix: also pyspark 4.0, 4.1 and 4.2 (not in make test; README, "Supported versions").
+smoke-all: $(STAMP)
+	@bash scripts/dist.sh "$(PY)" dist
+	@SPARK_DP_MATRIX=full SPARK_DP_DIST="$(CURDIR)/dist" $(PY) -m pytest -m matrix
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@bash scripts/bootstrap.sh "$(PYTHON)" "$(VENV)"

@@ -3,6 +3,8 @@
 #   scripts/matrix_env.sh NAME WHEEL [PYTHON]      prints the venv's python
 # NAME: spark35          pyspark 3.5 (latest patch), whatever pandas/numpy pip resolves
 #       spark43-pandas3  pyspark 4.3 + pandas 3, with the [connect] extra
+#       spark40, spark41, spark42   pyspark 4.0 / 4.1 / 4.2 with the [connect] extra
+#                        (the full matrix: SPARK_DP_MATRIX=full, `make smoke-all`; not in make test)
 # The venv lives in ${SPARK_DP_MATRIX_DIR:-~/.cache/spark-dp/matrix}/NAME, outside the checkout,
 # so a fresh clone (CI) reuses it: it is remade only when the wheel's requirements, the base
 # Python or this script change (their hash is in NAME/.key); the wheel itself is reinstalled
@@ -16,7 +18,8 @@ PYTHON=${3:-python3}
 case "$NAME" in
   spark35)         extra="";          pins=("pyspark==3.5.*") ;;
   spark43-pandas3) extra="[connect]"; pins=("pyspark==4.3.*" "pandas>=3") ;;
-  *) echo "matrix_env.sh: unknown matrix entry '$NAME' (spark35, spark43-pandas3)" >&2; exit 2 ;;
+  spark40|spark41|spark42) extra="[connect]"; pins=("pyspark==4.${NAME#spark4}.*") ;;
+  *) echo "matrix_env.sh: unknown matrix entry '$NAME' (spark35, spark43-pandas3, spark40, spark41, spark42)" >&2; exit 2 ;;
 esac
 ROOT=${SPARK_DP_MATRIX_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/spark-dp/matrix}
 VENV="$ROOT/$NAME"

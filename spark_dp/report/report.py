@@ -8,10 +8,12 @@ Everything here is post-processing of the released payload and its manifest
   with entry scale σ (Wigner's semicircle edge; Gaussian mechanisms only);
   eigenvalues below it are not distinguishable from noise. PCA adds its
   components.
-* ``linear_regression``: the coefficients with their noise scale, the
-  first-order standard deviation σ·√(1+‖β‖²)·√((M⁻²)ᵢᵢ) of β = M⁻¹·m when
-  Gaussian noise of scale σ is added to every entry of M = XᵀX and m = Xᵀy
-  (Analyze Gauss; other mechanisms get no error bars).
+* ``linear_regression``: the coefficients with their released intervals
+  where the release has them; for an older Analyze Gauss release without
+  them, the first-order standard deviation σ·√(1+‖β‖²)·√((M⁻²)ᵢᵢ) of
+  β = M⁻¹·m when Gaussian noise of scale σ is added to every entry of
+  M = XᵀX and m = Xᵀy. Which regressions have intervals, and which do not
+  yet: docs/accuracy.md (the exclusion list).
 * ``tensor_decomposition``: the eigenvalues and the k×d components.
 * ``count_sketch``: the distribution of the released counters against the
   noise's ±3σ band, and the heavy hitters (if the release lists any) with
