@@ -101,3 +101,25 @@ def test_schema_errors_are_unchanged(spark):
     with pytest.raises(ConfigError, match="max_rows_per_unit"):
         V.check_unit(df, "a", 0)
     assert V.vector_columns(df, ["arr"], 2)[1] == 2
+
+
+@pytest.mark.parametrize("source", ["range", "parquet"])
+def test_whole_release_round_trips_do_not_grow_with_d(spark, tmp_path, source):
+    """The default ``second_moment`` path, fast-path detection and lineage included (a regression caught once:
+    detecting a plain Parquet scan selected the d columns by name, d round trips more per release)."""
+    import spark_dp
+
+    dp = spark_dp.DPSession("driver-cost", ledger=f"sqlite:///{tmp_path}/ledger.db", epsilon_limit=100.0,
+                            delta_limit=0.5, output=str(tmp_path / "out"), sampler="numpy")
+    counts = {}
+    for d in (10, 150):
+        df = _wide(spark, d)
+        if source == "parquet":
+            df.write.parquet(str(tmp_path / f"wide{d}"))
+            df = spark.read.parquet(str(tmp_path / f"wide{d}"))
+        cols = [f"c{i}" for i in range(d)]
+        dp.second_moment(df, cols, epsilon=1.0, delta=1e-9, norm_bound=1.0)  # warm-up: imports, workers
+        with py4j_calls() as n:
+            dp.second_moment(df, cols, epsilon=1.0, delta=1e-9, norm_bound=1.0)
+        counts[d] = n[0]
+    assert counts[150] <= counts[10] + 20, f"JVM round trips of a release grow with d: {counts}"

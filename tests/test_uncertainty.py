@@ -136,6 +136,18 @@ def test_a_release_without_uncertainty_loads_as_before(tmp_path):
         back.interval("matrix")
 
 
+def test_a_payload_column_this_reader_does_not_know_is_ignored(tmp_path):
+    """Forward compatibility of payload files: a later version's extra column is not taken for an index."""
+    import pyarrow as pa
+
+    rel = Release("new-1", {"matrix": np.arange(6.0).reshape(2, 3)}, {"release_id": "new-1", "privacy": {}})
+    path = write_release(rel, str(tmp_path))
+    f = os.path.join(path, "matrix.parquet")
+    table = pq.read_table(f)
+    pq.write_table(table.append_column("added_later", pa.array(np.full(table.num_rows, 7.5))), f)
+    np.testing.assert_array_equal(load_release(path)["matrix"], np.arange(6.0).reshape(2, 3))
+
+
 def test_the_level_is_validated_and_part_of_the_request(tmp_path):
     for bad in (0, 1, 1.5, -0.1, "high", True):
         with pytest.raises(ConfigError, match="'confidence' parameter of pca"):

@@ -9,7 +9,7 @@ partition column), or ``spark.read.parquet(p)`` with column pruning.
 
 How it is decided (no job runs over the data; classic and Spark Connect):
 
-* the physical plan of ``df.select(columns)`` (``explain(mode="simple")``:
+* the physical plan of ``df`` (``explain(mode="simple")``:
   analysed, optimised and planned on the driver) must be nothing but one
   ``FileScan parquet`` over Spark's own file index (``InMemoryFileIndex`` /
   ``CatalogFileIndex``: no Delta/Iceberg/Hive table, whose files are not
@@ -171,8 +171,13 @@ def parquet_scan(df: DataFrame, columns: Sequence[str]) -> Scan:
     """
     columns = [columns] if isinstance(columns, str) else list(columns)
     try:
+        # The whole frame's plan, not ``df.select(columns)``'s: selecting d
+        # columns by name costs d JVM round trips on classic Spark (one
+        # Column per name), the driver cost issue #17 removed elsewhere. A
+        # plain scan's plan stays plain under a selection of its columns,
+        # and the columns are checked against the scan's ReadSchema below.
         with _whole_plan_text(df.sparkSession):
-            plan = explain_text(df.select(*columns), mode="simple")
+            plan = explain_text(df, mode="simple")
     except Exception as e:  # noqa: BLE001 -- a frame that cannot explain itself goes through the Spark reader
         return Scan(None, f"the plan could not be read ({type(e).__name__})")
     reason = _check_plan(plan, columns) or _pruned_before_planning(df, plan)

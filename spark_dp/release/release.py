@@ -10,7 +10,11 @@ Layout of a release directory ``<root>/<release_id>/``::
 
 Manifest schema (version 2). Compatibility rules: never remove a field or
 change its meaning; add only optional fields; readers accept every earlier
-version.
+version. Payload files follow the same rule: a reader takes the index
+columns by name (``i``, ``j``, …) and ``value``, and ignores columns it does
+not know. Readers older than the error bars (before this rule) took every
+other column for an index and cannot read files with ``stderr``/``low``/
+``high``: upgrade readers before writers.
 
 Version 2 (one vocabulary across families) adds to ``privacy``:
 
@@ -179,7 +183,10 @@ def table_to_array(table: pa.Table) -> np.ndarray:
 
 
 def _column_to_array(table: pa.Table, column: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
-    names = [n for n in table.column_names if n != "value" and n not in UNCERTAINTY_COLUMNS]
+    # Index columns by name only: a column this reader does not know (added by a later version, as
+    # stderr/low/high once were) is ignored, never taken for an index (readers before the error bars
+    # did that and fail on such files with an IndexError).
+    names = [n for n in table.column_names if n in _INDEX_NAMES]
     values = np.asarray(table.column(column).to_numpy(zero_copy_only=False), dtype=np.float64)
     if not names:
         return values.reshape(())

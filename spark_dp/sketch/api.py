@@ -433,163 +433,167 @@ def _validate(
     return _SketchRequest(mechanism=mechanism, column=column, kind=kind, k=k, b=b, C=C, domain=domain, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit, unit_clipping=unit_clipping, neighbors=neighbors, levels=levels, hashed=hashed, draw_seeds=draw_seeds, candidates=candidates, candidate_column=candidate_column, top=top, threshold=threshold, threshold_given=threshold_given, plan=plan, source_paths=source_paths, df=df, source_info=source_info, request=request, params=params, release_id=release_id, config_sha256=config_sha256)
 
 
+class _Layout:
+    """One of the three payload shapes of a sketch release, chosen by the spec and ``levels``.
+
+    ``exact`` builds the exact table(s) on Spark (or from the Parquet files
+    the tasks read themselves), ``arrays`` lays the noisy table out as the
+    release's payload arrays, ``heavy_hitters`` finds the reported items
+    (post-processing of the noisy table; None when the release has none).
+    """
+
+    table = "sketch"  # the payload array(s) whose counters carry the noise
+
+    def exact(self, r: _SketchRequest, hs: _HashSeeds, paths: list[str] | None, common: dict) -> np.ndarray:
+        from spark_dp.aggregates.sketch import sketch_table, sketch_table_parquet
+
+        spec = REGISTRY[r.mechanism]
+        if paths:  # the same table, the tasks reading the Parquet files (docs/benchmarks_sketch.md)
+            return sketch_table_parquet(paths, r.column, seeds=hs.seeds, buckets=r.b, signed=spec.signed,
+                                        unit_l2_bound=r.C, spark=r.df.sparkSession, **common)
+        return sketch_table(r.df, r.column, seeds=hs.seeds, buckets=r.b, signed=spec.signed, unit_l2_bound=r.C,
+                            **common)
+
+    def arrays(self, r: _SketchRequest, noisy: np.ndarray, hs: _HashSeeds) -> dict[str, np.ndarray]:
+        return {"sketch": noisy, "seeds": seeds_to_payload(hs.seeds)}
+
+    def heavy_hitters(self, r: _SketchRequest, noisy: np.ndarray, arrays: dict, hs: _HashSeeds) -> list | None:
+        if r.candidates is None:
+            return None
+        # Heavy hitters from public candidates: post-processing of the noisy table.
+        from spark_dp.sketch.estimate import SketchView, heavy_hitters
+
+        view = SketchView(r.mechanism, r.kind, arrays.get("sketch", noisy), hs.seeds, r.domain, r.threshold, r.top)
+        return heavy_hitters(view, r.candidates, r.candidate_column, top=r.top, threshold=r.threshold)
+
+
+class _HistogramLayout(_Layout):
+    """A histogram over a public domain: one table, no hashing."""
+
+    def exact(self, r: _SketchRequest, hs: _HashSeeds, paths: list[str] | None, common: dict) -> np.ndarray:
+        from spark_dp.aggregates.sketch import histogram_table, histogram_table_parquet
+
+        if paths:
+            return histogram_table_parquet(paths, r.column, domain=r.domain, spark=r.df.sparkSession, **common)
+        return histogram_table(r.df, r.column, domain=r.domain, **common)
+
+    def arrays(self, r: _SketchRequest, noisy: np.ndarray, hs: _HashSeeds) -> dict[str, np.ndarray]:
+        return {"histogram": noisy}
+
+
+class _DyadicLayout(_Layout):
+    """A stack of L hashed tables over the dyadic prefixes of the items: one Gaussian release, Δ₂ = √(L·k)·m."""
+
+    def exact(self, r: _SketchRequest, hs: _HashSeeds, paths: list[str] | None, common: dict) -> np.ndarray:
+        from spark_dp.aggregates.sketch import dyadic_tables, dyadic_tables_parquet
+
+        common = {key: v for key, v in common.items() if key != "nulls"}  # null items are never counted
+        if paths:
+            return dyadic_tables_parquet(paths, r.column, seeds=hs.level_seeds, buckets=r.b, levels=r.levels,
+                                         hash_seed=hs.hash_seed, spark=r.df.sparkSession, **common)
+        return dyadic_tables(r.df, r.column, seeds=hs.level_seeds, buckets=r.b, levels=r.levels,
+                             hash_seed=hs.hash_seed, **common)
+
+    def arrays(self, r: _SketchRequest, noisy: np.ndarray, hs: _HashSeeds) -> dict[str, np.ndarray]:
+        arrays = {"sketch": noisy[-1], "seeds": seeds_to_payload(hs.seeds)}
+        if r.levels > 1:
+            arrays["dyadic_sketch"] = noisy[:-1]
+            arrays["dyadic_seeds"] = np.stack([seeds_to_payload(x) for x in hs.level_seeds[:-1]])
+        if hs.hash_seed is not None:
+            arrays["hash_seed"] = seeds_to_payload([hs.hash_seed])
+        return arrays
+
+    def heavy_hitters(self, r: _SketchRequest, noisy: np.ndarray, arrays: dict, hs: _HashSeeds) -> list | None:
+        from spark_dp.sketch.dyadic import dyadic_heavy_hitters
+
+        return dyadic_heavy_hitters(noisy, hs.level_seeds, top=r.top, threshold=r.threshold)
+
+
+def _layout(r: _SketchRequest) -> _Layout:
+    """The payload shape of ``r``'s release."""
+    if not REGISTRY[r.mechanism].hashed:
+        return _HistogramLayout()
+    return _Layout() if r.levels is None else _DyadicLayout()
+
+
 def _release_plan(r: _SketchRequest) -> ReleasePlan:
     """The release plan of a validated request: the exact table (compute), its noise and heavy hitters, the manifest."""
-    mechanism = r.mechanism
-    spec = REGISTRY[mechanism]
-    column = r.column
-    kind = r.kind
-    k = r.k
-    b = r.b
-    C = r.C
-    domain = r.domain
-    weight = r.weight
-    nulls = r.nulls
-    nonfinite = r.nonfinite
-    privacy_unit = r.privacy_unit
-    max_items_per_unit = r.max_items_per_unit
-    unit_clipping = r.unit_clipping
-    neighbors = r.neighbors
-    levels = r.levels
-    hashed = r.hashed
-    candidates = r.candidates
-    candidate_column = r.candidate_column
-    top = r.top
-    threshold = r.threshold
-    threshold_given = r.threshold_given
+    spec = REGISTRY[r.mechanism]
     plan = r.plan
-    source_paths = r.source_paths
-    df = r.df
-    source_info = r.source_info
-    request = r.request
-    params = r.params
+    layout = _layout(r)
 
     def compute() -> tuple[np.ndarray, _HashSeeds]:
         """The hash seeds (fresh ones drawn here: after the release-id lookup) and the exact table."""
         hs = r.draw_seeds()
-        return exact_table(hs.seeds, hs.level_seeds, hs.hash_seed), hs
-
-    def exact_table(seeds: list[int], level_seeds: list[list[int]] | None, hash_seed: int | None) -> np.ndarray:
-        from spark_dp.aggregates.sketch import histogram_table, sketch_table
-
-        common = dict(weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
-                      max_items_per_unit=max_items_per_unit)
+        common = dict(weight=r.weight, nulls=r.nulls, nonfinite=r.nonfinite, privacy_unit=r.privacy_unit,
+                      max_items_per_unit=r.max_items_per_unit)
         # Given, or detected when df is a plain Parquet scan (aggregates/_scan.py).
-        paths = choose_source_paths(df, [c for c in (column, weight, privacy_unit) if c], source_paths,
+        paths = choose_source_paths(r.df, [c for c in (r.column, r.weight, r.privacy_unit) if c], r.source_paths,
                                     owner=OWNER,
-                                    unsupported="privacy_unit needs a shuffle" if privacy_unit else None)
-        if not spec.hashed:
-            if paths:
-                from spark_dp.aggregates.sketch import histogram_table_parquet
+                                    unsupported="privacy_unit needs a shuffle" if r.privacy_unit else None)
+        return layout.exact(r, hs, paths, common), hs
 
-                return histogram_table_parquet(paths, column, domain=domain, spark=df.sparkSession, **common)
-            return histogram_table(df, column, domain=domain, **common)
-        if levels is not None:
-            from spark_dp.aggregates.sketch import dyadic_tables, dyadic_tables_parquet
-
-            common.pop("nulls")
-            if paths:
-                return dyadic_tables_parquet(paths, column, seeds=level_seeds, buckets=b, levels=levels,
-                                             hash_seed=hash_seed, spark=df.sparkSession, **common)
-            return dyadic_tables(df, column, seeds=level_seeds, buckets=b, levels=levels, hash_seed=hash_seed,
-                                 **common)
-        if paths:
-            from spark_dp.aggregates.sketch import sketch_table_parquet
-
-            # Same table, with the tasks reading the Parquet files themselves
-            # (falls back to the Spark reader for privacy units; docs/benchmarks_sketch.md).
-            return sketch_table_parquet(paths, column, seeds=seeds, buckets=b, signed=spec.signed,
-                                        unit_l2_bound=C, spark=df.sparkSession, **common)
-        return sketch_table(df, column, seeds=seeds, buckets=b, signed=spec.signed, unit_l2_bound=C, **common)
-
-    hh_info: dict[str, Any] = {"top": top, "threshold": threshold,
-                               "threshold_rule": "3 sigma" if threshold_given is None else "given"}
-    level = confidence_of(request)
-    estimator = spec.estimator
-    if threshold is not None:  # the threshold's false-positive rate from the noise alone (sketch/uncertainty.py)
-        hh_info["false_positive_rate"] = false_positive_rate(estimator, plan.noise, plan.scale, k, threshold, b)
+    hh_info: dict[str, Any] = {"top": r.top, "threshold": r.threshold,
+                               "threshold_rule": "3 sigma" if r.threshold_given is None else "given"}
+    level = confidence_of(r.request)
+    if r.threshold is not None:  # the threshold's false-positive rate from the noise alone (sketch/uncertainty.py)
+        hh_info["false_positive_rate"] = false_positive_rate(spec.estimator, plan.noise, plan.scale, r.k,
+                                                             r.threshold, r.b)
         hh_info["false_positive_rate_meaning"] = (
-            f"probability that an item of true frequency 0 (no hash collisions) has a {estimator} estimate >= "
+            f"probability that an item of true frequency 0 (no hash collisions) has a {spec.estimator} estimate >= "
             "threshold from the privacy noise alone")
-
-    def with_uncertainty(arrays: dict, manifest: dict | None = None) -> Noised:
-        unc = {name: counter_uncertainty(arrays[name], plan.noise, plan.scale, level)
-               for name in ("sketch", "dyadic_sketch", "histogram") if name in arrays}
-        return Noised(arrays, manifest or {}, uncertainty=unc)
-
-    if hashed:
+    if r.hashed:
         hh_info["items_are"] = ("hashed ids xxhash64(domain_hash.seed, item) & (2^levels - 1); map public "
                                 "candidates through the hash to name them (spark-dp heavy-hitters --candidates)")
 
     def noise(exact: tuple[np.ndarray, _HashSeeds], cp: Chokepoint) -> Noised:
         table, hs = exact
-        out = noised(table, cp, hs.seeds, hs.level_seeds, hs.hash_seed)
-        return Noised(out.arrays, {"sketch": sketch_info(hs.seeds, hs.hash_seed), **out.manifest},
-                      uncertainty=out.uncertainty)
-
-    def noised(table: np.ndarray, cp: Chokepoint, seeds: list[int], level_seeds: list[list[int]] | None,
-               hash_seed: int | None) -> Noised:
-        if levels is not None:
-            from spark_dp.sketch.dyadic import dyadic_heavy_hitters
-
-            # one Gaussian release of the whole (L, k, b) stack: Δ₂ = √(L·k)·m
-            stack = release_table(plan, table, cp)
-            arrays = {"sketch": stack[-1], "seeds": seeds_to_payload(seeds)}
-            if levels > 1:
-                arrays["dyadic_sketch"] = stack[:-1]
-                arrays["dyadic_seeds"] = np.stack([seeds_to_payload(x) for x in level_seeds[:-1]])
-            if hash_seed is not None:
-                arrays["hash_seed"] = seeds_to_payload([hash_seed])
-            found = dyadic_heavy_hitters(stack, level_seeds, top=top, threshold=threshold)
-            return with_uncertainty(arrays, {"heavy_hitters": {**hh_info, "items": [
-                {"item": x, "estimate": v} for x, v in found]}})
-        noisy = release_table(plan, table, cp)
-        arrays = {"sketch": noisy, "seeds": seeds_to_payload(seeds)} if spec.hashed else {"histogram": noisy}
-        if candidates is not None:
-            # Heavy hitters from public candidates: post-processing of the noisy table.
-            from spark_dp.sketch.estimate import SketchView, heavy_hitters
-
-            view = SketchView(mechanism, kind, arrays.get("sketch", noisy), seeds, domain, threshold, top)
-            found = heavy_hitters(view, candidates, candidate_column, top=top, threshold=threshold)
-            return with_uncertainty(arrays, {"heavy_hitters": {**hh_info, "items": [
-                {"item": x, "estimate": v} for x, v in found]}})
-        return with_uncertainty(arrays)
+        noisy = release_table(plan, table, cp)  # one release of the whole table (a dyadic stack included)
+        arrays = layout.arrays(r, noisy, hs)
+        manifest: dict[str, Any] = {"sketch": sketch_info(hs.seeds, hs.hash_seed)}
+        found = layout.heavy_hitters(r, noisy, arrays, hs)
+        if found is not None:
+            manifest["heavy_hitters"] = {**hh_info, "items": [{"item": x, "estimate": v} for x, v in found]}
+        unc = {name: counter_uncertainty(arrays[name], plan.noise, plan.scale, level)
+               for name in ("sketch", "dyadic_sketch", "histogram") if name in arrays}
+        return Noised(arrays, manifest, uncertainty=unc)
 
     privacy = {
-        "epsilon": plan.budget.epsilon, "delta": plan.budget.delta, "neighbors": neighbors,
+        "epsilon": plan.budget.epsilon, "delta": plan.budget.delta, "neighbors": r.neighbors,
         "sensitivity": plan.sensitivity, "sensitivity_norm": f"{plan.sensitivity_norm} of the whole released table",
         "noise": plan.noise, "noise_family": plan.noise, "noise_scale": plan.scale,
         **({"noise_sigma": plan.scale} if plan.noise == "gaussian" else {}),
         "calibration": "exact (Balle & Wang 2018)" if plan.noise == "gaussian" else "Laplace b = sensitivity/epsilon",
-        "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_items_per_unit,
-        "max_items_per_unit": max_items_per_unit,  # deprecated duplicate of max_rows_per_unit (manifest schema 1)
-        "unit_clipping": unit_clipping, "unit_l2_bound": C, "levels": levels,
+        "privacy_unit": r.privacy_unit or "row", "max_rows_per_unit": r.max_items_per_unit,
+        "max_items_per_unit": r.max_items_per_unit,  # deprecated duplicate of max_rows_per_unit (manifest schema 1)
+        "unit_clipping": r.unit_clipping, "unit_l2_bound": r.C, "levels": r.levels,
     }
+
     def sketch_info(seeds: list[int] | None, hash_seed: int | None) -> dict[str, Any]:
         """The manifest's ``sketch`` field (the seeds are known once drawn: the noise step adds them)."""
         info = {
-            "item_kind": kind, "repetitions": k, "buckets": b if spec.hashed else None,
+            "item_kind": r.kind, "repetitions": r.k, "buckets": r.b if spec.hashed else None,
             "signed": spec.signed, "estimator": spec.estimator,
         }
         if not spec.hashed:
-            info["domain"] = domain
+            info["domain"] = r.domain
         elif seeds is not None:
             info.update(hash=HASH_FAMILY, seeds=[str(s) for s in seeds], seeds_payload=SEEDS_PAYLOAD)
-        return _dyadic_info(info, levels, hashed, hash_seed)
+        return _dyadic_info(info, r.levels, r.hashed, hash_seed)
 
     policies = {
-        "nulls": "a null item is an item of its own" if nulls == "item" else "rows with a null item are dropped",
-        "weights": f"clipped to [-1, 1] per row; non-finite weights: {nonfinite}" if weight else "each row counts 1",
-        "contribution_bounding": (f"at most {max_items_per_unit} rows per unit, chosen by a keyed hash of (secret, "
-                                  "unit, content)") if privacy_unit else None,
-        "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
+        "nulls": "a null item is an item of its own" if r.nulls == "item" else "rows with a null item are dropped",
+        "weights": f"clipped to [-1, 1] per row; non-finite weights: {r.nonfinite}" if r.weight else "each row counts 1",
+        "contribution_bounding": (f"at most {r.max_items_per_unit} rows per unit, chosen by a keyed hash of (secret, "
+                                  "unit, content)") if r.privacy_unit else None,
+        "null_privacy_unit": "rows with a null unit form one unit" if r.privacy_unit else None,
         "domain": None if spec.hashed else "items outside the public domain are not counted",
     }
     return ReleasePlan(
-        task="count_sketch", mechanism=mechanism, release_id=r.release_id, request=request,
+        task="count_sketch", mechanism=r.mechanism, release_id=r.release_id, request=r.request,
         events=tuple(plan.events), budget=plan.budget, compute=compute, noise=noise, privacy=privacy,
-        manifest={"columns": [column], "params": params, "policies": policies, "sketch": sketch_info(None, None),
-                  "heavy_hitters": hh_info, "source": source_info},
+        manifest={"columns": [r.column], "params": r.params, "policies": policies, "sketch": sketch_info(None, None),
+                  "heavy_hitters": hh_info, "source": r.source_info},
         config_sha256=r.config_sha256, lineage=functools.partial(input_lineage, r.df),
     )
 
