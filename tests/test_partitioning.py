@@ -114,6 +114,34 @@ def test_bounding_and_pass_frames_use_the_rule(spark, odd_shuffle_partitions):
     assert frame.rdd.getNumPartitions() <= max(rule, 1)
 
 
+def test_single_partition_pass_frame_has_no_shuffle_and_the_same_passes(spark, tmp_path, odd_shuffle_partitions):
+    """At one partition (small inputs) fresh mode's pass frame coalesces instead of shuffling: same passes."""
+    from spark_dp.aggregates.moments import VECTOR_COL
+
+    rng = np.random.default_rng(4)
+    rows = [tuple(map(float, rng.normal(size=3).round(2))) for _ in range(120)]
+    rows += rows[:25] + rows[:10]  # identical rows, 1 to 3 copies: their copy numbers matter
+    spark.createDataFrame(rows, ["x0", "x1", "x2"]).write.parquet(str(tmp_path / "rows"))
+    df = spark.read.parquet(str(tmp_path / "rows"))  # a known (small) size: the rule gives one partition
+    cols = ["x0", "x1", "x2"]
+    one, _ = prepare_rows(df, cols, passes=5, seed=9, cache=False)
+    assert P.partitions_for(df) == 1
+    plan = one._jdf.queryExecution().executedPlan().toString()
+    assert "Exchange" not in plan, plan
+    assert one.rdd.getNumPartitions() == 1
+    three, _ = prepare_rows(df, cols, passes=5, seed=9, cache=False, partitions=3)
+    assert _exchange_counts(three) == [3]
+
+    def assignment(frame):
+        return sorted((tuple(r[0]), r[1]) for r in frame.select(VECTOR_COL, PASS_COL).collect())
+
+    got = assignment(one)
+    assert len(got) == 120 + 25 + 10 and len({p for _, p in got}) == 5
+    assert got == assignment(three)
+    other, _ = prepare_rows(df, cols, passes=5, seed=10, cache=False)  # the seed matters
+    assert assignment(other) != got
+
+
 def _releases():
     """One release per kind of shuffle spark-dp makes, through the public API."""
     kw = {"epsilon": 1.0, "delta": 1e-6}
@@ -149,9 +177,15 @@ def test_release_tasks_never_exceed_the_rule(spark, tmp_path, odd_shuffle_partit
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
         df.unpersist()
+    tasks = _stage_tasks(sc, group)
+    assert tasks and max(tasks.values()) <= allowed, f"{name}: stage task counts {tasks}, allowed ≤ {allowed}"
+
+
+def _stage_tasks(sc, group: str) -> dict[int, int]:
+    """Task count of every stage of every job of ``group`` (Spark's status tracker)."""
     tracker = sc.statusTracker()
     jobs = tracker.getJobIdsForGroup(group)
-    assert jobs, "the release ran no Spark job in its group"
+    assert jobs, "no Spark job ran in the group"
     tasks = {}
     for j in jobs:
         info = tracker.getJobInfo(j)
@@ -159,4 +193,5 @@ def test_release_tasks_never_exceed_the_rule(spark, tmp_path, odd_shuffle_partit
             stage = tracker.getStageInfo(s)
             if stage is not None:
                 tasks[s] = stage.numTasks
-    assert tasks and max(tasks.values()) <= allowed, f"{name}: stage task counts {tasks}, allowed ≤ {allowed}"
+    return tasks
+
