@@ -195,3 +195,44 @@ def _stage_tasks(sc, group: str) -> dict[int, int]:
                 tasks[s] = stage.numTasks
     return tasks
 
+
+def _estimates():
+    """Each estimate path over a DataFrame of candidates: (the release, the post-processing that shuffles)."""
+    from spark_dp.sketch import estimate_df, heavy_hitters
+
+    kw = {"epsilon": 1.0, "delta": 1e-6, "repetitions": 3, "buckets": 64}
+    dom = [f"i{i}" for i in range(30)]
+    sketch = lambda dp, df: dp.count_sketch(df, "item", **kw)  # noqa: E731
+    dyadic = lambda dp, df: dp.count_sketch(df, "item", levels=6, **kw)  # noqa: E731 -- a hashed domain
+    histogram = lambda dp, df: dp.count_sketch(df, "item", mechanism="histogram", domain=dom,  # noqa: E731
+                                               epsilon=1.0, delta=1e-6)
+    table = lambda rel, c: estimate_df(rel, c, "item").collect()  # noqa: E731
+    # every one of the 2^6 hashed ids decoded (no threshold): some candidates map to them
+    top = lambda rel, c: heavy_hitters(rel, c, "item", top=64, threshold=-1e9)  # noqa: E731
+    return {"estimate_df_sketch": (sketch, table), "estimate_df_histogram": (histogram, table),
+            "estimate_df_hashed": (dyadic, table), "heavy_hitters_sketch": (sketch, top),
+            "heavy_hitters_hashed": (dyadic, top)}
+
+
+@pytest.mark.parametrize("odd_shuffle_partitions", ["false", "true"], indirect=True)
+@pytest.mark.parametrize("name", sorted(_estimates()))
+def test_estimates_never_exceed_the_rule(spark, tmp_path, odd_shuffle_partitions, name):
+    """Estimates from a released sketch over candidate DataFrames (joins, distinct, groupBy) follow the rule."""
+    release, post = _estimates()[name]
+    dp = DPSession("part", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=100, delta_limit=1e-3,
+                   output=str(tmp_path / "out"), sampler="numpy")
+    rel = release(dp, _frame(spark))
+    cands = spark.createDataFrame([(f"i{i}",) for i in range(45)] + [(None,)], "item string").cache()
+    allowed = max(P.partitions_for(cands), cands.rdd.getNumPartitions())
+    assert allowed < ODD
+    sc = spark.sparkContext
+    group = f"estimates-{uuid.uuid4().hex}"
+    sc.setJobGroup(group, name)
+    try:
+        out = post(rel, cands)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        cands.unpersist()
+    assert out  # estimates (or heavy hitters) of the candidates
+    tasks = _stage_tasks(sc, group)
+    assert tasks and max(tasks.values()) <= allowed, f"{name}: stage task counts {tasks}, allowed ≤ {allowed}"
