@@ -149,6 +149,7 @@ def _releases():
     return {
         "second_moment_unit": lambda dp, df: dp.second_moment(df, cols, norm_bound=1.0, privacy_unit="u",
                                                               max_rows_per_unit=2, **kw),
+        "second_moment_jl": lambda dp, df: dp.second_moment(df, cols, norm_bound=1.0, mechanism="jl_ridge", **kw),
         "tensor_fresh": lambda dp, df: dp.tensor_decomposition(df, columns=cols[:3], k=1, restarts=2, iterations=2,
                                                                norm_bound=1.0, mode="fresh", **kw),
         "tensor_reuse_unit": lambda dp, df: dp.tensor_decomposition(
