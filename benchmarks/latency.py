@@ -29,7 +29,9 @@ Each release's wall time is split, from outside the library:
   charge, marked written);
 * **write** — time inside ``write_release``;
 * **other** — the rest (driver work between jobs: collecting partials,
-  the power method's driver steps, manifest building).
+  the power method's driver steps, manifest building);
+* **jobs** — how many Spark jobs the release ran (its job group, from the
+  status tracker).
 
 Jobs are watched through the status tracker from a thread polling every
 2 ms (benchmark code may use the SparkContext; the library never does), so
@@ -139,6 +141,7 @@ def watch_jobs(spark, group: str, stop: threading.Event, out: dict) -> threading
         if running_since is not None:
             busy += time.perf_counter() - running_since
         out["first"], out["busy"] = first, busy
+        out["jobs"] = len(tracker.getJobIdsForGroup(group))
 
     th = threading.Thread(target=run, daemon=True)
     th.start()
@@ -200,6 +203,7 @@ def run_once(spark, dp, fn, df, clock_ref) -> dict:
     out["spark"] = jobs.get("busy", 0.0)
     out["total"] = total
     out["other"] = max(0.0, total - sum(out[p] for p in PARTS if p != "other"))
+    out["jobs"] = jobs.get("jobs", 0)
     return out
 
 
@@ -216,10 +220,15 @@ def machine_line(load_before: tuple, load_after: tuple) -> str:
 
 
 def table(results: dict) -> str:
-    lines = ["| release | rows | total s | setup | Spark | noise | ledger | write | other |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| release | rows | total s | setup | Spark | noise | ledger | write | other | jobs |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (name, n), r in results.items():
-        lines.append(f"| {name} | {n:,} | **{r['total']:.2f}** | " + " | ".join(f"{r[p]:.2f}" for p in PARTS) + " |")
+        lines.append(f"| {name} | {n:,} | **{r['total']:.2f}** | " + " | ".join(f"{r[p]:.2f}" for p in PARTS)
+                     + f" | {r['jobs']:.0f} |")
+    ratios = [f"{n:,} rows: {results[('tensor fresh', n)]['total'] / results[('tensor reuse', n)]['total']:.2f}×"
+              for (name, n) in results if name == "tensor fresh" and ("tensor reuse", n) in results]
+    if ratios:
+        lines += ["", "Tensor `fresh` / `reuse` (medians): " + ", ".join(ratios) + "."]
     return "\n".join(lines)
 
 
@@ -278,10 +287,10 @@ def main() -> None:
             dp = session_for(name)
             run_once(spark, dp, fn, df, clock_ref)  # warm-up
             runs = [run_once(spark, dp, fn, df, clock_ref) for _ in range(args.reps)]
-            med = {p: statistics.median(r[p] for r in runs) for p in (*PARTS, "total")}
+            med = {p: statistics.median(r[p] for r in runs) for p in (*PARTS, "total", "jobs")}
             results[(name, n)] = med
             print(f"{name:18s} {n:>9,}  total {med['total']:6.2f}  " +
-                  "  ".join(f"{p} {med[p]:.2f}" for p in PARTS), flush=True)
+                  "  ".join(f"{p} {med[p]:.2f}" for p in PARTS) + f"  jobs {med['jobs']:.0f}", flush=True)
     load_after = os.getloadavg()
     spark.stop()
     body = table(results)

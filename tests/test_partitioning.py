@@ -114,6 +114,34 @@ def test_bounding_and_pass_frames_use_the_rule(spark, odd_shuffle_partitions):
     assert frame.rdd.getNumPartitions() <= max(rule, 1)
 
 
+def test_single_partition_pass_frame_has_no_shuffle_and_the_same_passes(spark, tmp_path, odd_shuffle_partitions):
+    """At one partition (small inputs) fresh mode's pass frame coalesces instead of shuffling: same passes."""
+    from spark_dp.aggregates.moments import VECTOR_COL
+
+    rng = np.random.default_rng(4)
+    rows = [tuple(map(float, rng.normal(size=3).round(2))) for _ in range(120)]
+    rows += rows[:25] + rows[:10]  # identical rows, 1 to 3 copies: their copy numbers matter
+    spark.createDataFrame(rows, ["x0", "x1", "x2"]).write.parquet(str(tmp_path / "rows"))
+    df = spark.read.parquet(str(tmp_path / "rows"))  # a known (small) size: the rule gives one partition
+    cols = ["x0", "x1", "x2"]
+    one, _ = prepare_rows(df, cols, passes=5, seed=9, cache=False)
+    assert P.partitions_for(df) == 1
+    plan = one._jdf.queryExecution().executedPlan().toString()
+    assert "Exchange" not in plan, plan
+    assert one.rdd.getNumPartitions() == 1
+    three, _ = prepare_rows(df, cols, passes=5, seed=9, cache=False, partitions=3)
+    assert _exchange_counts(three) == [3]
+
+    def assignment(frame):
+        return sorted((tuple(r[0]), r[1]) for r in frame.select(VECTOR_COL, PASS_COL).collect())
+
+    got = assignment(one)
+    assert len(got) == 120 + 25 + 10 and len({p for _, p in got}) == 5
+    assert got == assignment(three)
+    other, _ = prepare_rows(df, cols, passes=5, seed=10, cache=False)  # the seed matters
+    assert assignment(other) != got
+
+
 def _releases():
     """One release per kind of shuffle spark-dp makes, through the public API."""
     kw = {"epsilon": 1.0, "delta": 1e-6}
@@ -121,6 +149,7 @@ def _releases():
     return {
         "second_moment_unit": lambda dp, df: dp.second_moment(df, cols, norm_bound=1.0, privacy_unit="u",
                                                               max_rows_per_unit=2, **kw),
+        "second_moment_jl": lambda dp, df: dp.second_moment(df, cols, norm_bound=1.0, mechanism="jl_ridge", **kw),
         "tensor_fresh": lambda dp, df: dp.tensor_decomposition(df, columns=cols[:3], k=1, restarts=2, iterations=2,
                                                                norm_bound=1.0, mode="fresh", **kw),
         "tensor_reuse_unit": lambda dp, df: dp.tensor_decomposition(
@@ -149,9 +178,15 @@ def test_release_tasks_never_exceed_the_rule(spark, tmp_path, odd_shuffle_partit
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
         df.unpersist()
+    tasks = _stage_tasks(sc, group)
+    assert tasks and max(tasks.values()) <= allowed, f"{name}: stage task counts {tasks}, allowed ≤ {allowed}"
+
+
+def _stage_tasks(sc, group: str) -> dict[int, int]:
+    """Task count of every stage of every job of ``group`` (Spark's status tracker)."""
     tracker = sc.statusTracker()
     jobs = tracker.getJobIdsForGroup(group)
-    assert jobs, "the release ran no Spark job in its group"
+    assert jobs, "no Spark job ran in the group"
     tasks = {}
     for j in jobs:
         info = tracker.getJobInfo(j)
@@ -159,4 +194,46 @@ def test_release_tasks_never_exceed_the_rule(spark, tmp_path, odd_shuffle_partit
             stage = tracker.getStageInfo(s)
             if stage is not None:
                 tasks[s] = stage.numTasks
+    return tasks
+
+
+def _estimates():
+    """Each estimate path over a DataFrame of candidates: (the release, the post-processing that shuffles)."""
+    from spark_dp.sketch import estimate_df, heavy_hitters
+
+    kw = {"epsilon": 1.0, "delta": 1e-6, "repetitions": 3, "buckets": 64}
+    dom = [f"i{i}" for i in range(30)]
+    sketch = lambda dp, df: dp.count_sketch(df, "item", **kw)  # noqa: E731
+    dyadic = lambda dp, df: dp.count_sketch(df, "item", levels=6, **kw)  # noqa: E731 -- a hashed domain
+    histogram = lambda dp, df: dp.count_sketch(df, "item", mechanism="histogram", domain=dom,  # noqa: E731
+                                               epsilon=1.0, delta=1e-6)
+    table = lambda rel, c: estimate_df(rel, c, "item").collect()  # noqa: E731
+    # every one of the 2^6 hashed ids decoded (no threshold): some candidates map to them
+    top = lambda rel, c: heavy_hitters(rel, c, "item", top=64, threshold=-1e9)  # noqa: E731
+    return {"estimate_df_sketch": (sketch, table), "estimate_df_histogram": (histogram, table),
+            "estimate_df_hashed": (dyadic, table), "heavy_hitters_sketch": (sketch, top),
+            "heavy_hitters_hashed": (dyadic, top)}
+
+
+@pytest.mark.parametrize("odd_shuffle_partitions", ["false", "true"], indirect=True)
+@pytest.mark.parametrize("name", sorted(_estimates()))
+def test_estimates_never_exceed_the_rule(spark, tmp_path, odd_shuffle_partitions, name):
+    """Estimates from a released sketch over candidate DataFrames (joins, distinct, groupBy) follow the rule."""
+    release, post = _estimates()[name]
+    dp = DPSession("part", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=100, delta_limit=1e-3,
+                   output=str(tmp_path / "out"), sampler="numpy")
+    rel = release(dp, _frame(spark))
+    cands = spark.createDataFrame([(f"i{i}",) for i in range(45)] + [(None,)], "item string").cache()
+    allowed = max(P.partitions_for(cands), cands.rdd.getNumPartitions())
+    assert allowed < ODD
+    sc = spark.sparkContext
+    group = f"estimates-{uuid.uuid4().hex}"
+    sc.setJobGroup(group, name)
+    try:
+        out = post(rel, cands)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        cands.unpersist()
+    assert out  # estimates (or heavy hitters) of the candidates
+    tasks = _stage_tasks(sc, group)
     assert tasks and max(tasks.values()) <= allowed, f"{name}: stage task counts {tasks}, allowed ≤ {allowed}"

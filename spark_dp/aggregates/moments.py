@@ -158,6 +158,7 @@ def prepare_rows(
     passes: int | None = None,
     seed: int = 0,
     cache: bool = True,
+    partitions: int | None = None,
 ) -> tuple[DataFrame, int]:
     """The vectorised rows (one ``array<double>`` column), with a pass index if ``passes``.
 
@@ -170,6 +171,8 @@ def prepare_rows(
             and the seed alone (one shuffle by row value).
         seed: hash seed (the caller draws it).
         cache: cache the frame (call ``unpersist()`` when done).
+        partitions: the partition count of the shuffle and the cache; None
+            (the default) takes the one rule's (:func:`vector_partitions`).
 
     Returns:
         ``(frame, d)``.
@@ -177,7 +180,7 @@ def prepare_rows(
     frame, d = vectorize(df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit)
     # One partition count for the shuffle and the cache (the one rule, never
     # spark.sql.shuffle.partitions): every later pass runs that many tasks.
-    n = vector_partitions(df, columns, d, privacy_unit)
+    n = int(partitions) if partitions is not None else vector_partitions(df, columns, d, privacy_unit)
     if passes is not None:
         # Copies of a row must meet: one explicit hash exchange on the vector
         # (the window then plans none of its own). Sorting each partition by
@@ -194,7 +197,12 @@ def prepare_rows(
         # not satisfy it (a second exchange, of spark.sql.shuffle.partitions).
         h = F.xxhash64(F.col(VECTOR_COL))
         copies = Window.partitionBy(_HASH_COL).orderBy(VECTOR_COL)
-        frame = frame.withColumn(_HASH_COL, h).repartition(n, F.col(_HASH_COL))
+        frame = frame.withColumn(_HASH_COL, h)
+        # One partition (the rule's count for a small input): coalesce instead of the exchange. A
+        # single partition satisfies the window's distribution, so Spark plans no shuffle at all (no
+        # shuffle map stage, no adaptive re-planning before the cache is built); the copy numbers,
+        # hence every row's pass, are the same as with the exchange.
+        frame = frame.coalesce(1) if n == 1 else frame.repartition(n, F.col(_HASH_COL))
         copy = F.row_number().over(copies) - F.rank().over(copies) + F.lit(1)
         frame = frame.withColumn(_COPY_COL, copy).select(
             VECTOR_COL,

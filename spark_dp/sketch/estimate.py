@@ -38,6 +38,22 @@ def _is_dataframe(x: Any) -> bool:
 
     return isinstance(x, DataFrame)
 
+def _distinct_items(candidates: DataFrame, column: str, typ: Any, *, non_null: bool = False) -> DataFrame:
+    """The distinct candidate items (one column ``item`` of type ``typ``), shuffled by spark-dp's own rule.
+
+    One explicit hash exchange on the item, of :func:`~spark_dp.aggregates._partitioning.partitions_for`
+    partitions (never ``spark.sql.shuffle.partitions``): ``distinct`` then plans no exchange of its own.
+    """
+    from pyspark.sql import functions as F
+
+    from spark_dp.aggregates._partitioning import partitions_for
+
+    items = candidates.select(F.col(column).cast(typ).alias("item"))
+    if non_null:
+        items = items.where(F.col("item").isNotNull())
+    return items.repartition(partitions_for(items), F.col("item")).distinct()
+
+
 def seeds_to_payload(seeds: Sequence[int]) -> np.ndarray:
     """64-bit seeds as a (k, 2) float64 array: [i, 0] = high 32 bits, [i, 1] = low 32 bits (unsigned).
 
@@ -216,7 +232,7 @@ def estimate_df(
             [(x, float(v)) for x, v in zip(dom, view.table.tolist(), strict=True)],
             T.StructType([T.StructField("item", typ, True), T.StructField("estimate", T.DoubleType(), False)]),
         )
-        items = candidates.select(F.col(column).cast(typ).alias("item")).distinct()
+        items = _distinct_items(candidates, column, typ)
         return items.join(F.broadcast(table), on=items["item"].eqNullSafe(table["item"]), how="left").select(
             items["item"], table["estimate"]
         )
@@ -228,7 +244,7 @@ def estimate_df(
         if ckind != view.kind:
             raise SchemaError(f"Candidate column {column!r} holds {ckind} items but the sketch was built on {view.kind} items.")
         typ = T.LongType() if view.kind == "long" else T.StringType()
-        mapped = candidates.select(F.col(column).cast(typ).alias("item")).distinct().withColumn(
+        mapped = _distinct_items(candidates, column, typ).withColumn(
             "__id", F.when(F.col("item").isNotNull(), hashed_id_column(F.col("item"), view.hash_seed, view.levels)))
         values = sketch_lookup(mapped.where(F.col("__id").isNotNull()).select("__id"), "__id", kind="long",
                                seeds=view.seeds, sketch=view.table, signed=True)
@@ -245,10 +261,16 @@ def estimate_df(
     else:  # debiased_mean
         b, total = view.buckets, table_total(view.table)
         agg = (F.lit(float(b)) * F.avg(v) - F.lit(total)) / F.lit(float(b - 1))
+    # sketch_lookup's rows are partitioned by item already (its distinct): the groupBy plans no exchange.
     out = values.groupBy("item").agg(agg.cast("double").alias("estimate"))
     if mapped is not None:
-        ests = out.withColumnRenamed("item", "__id")
-        out = mapped.join(ests, on="__id", how="left").select("item", "estimate")
+        # Both sides hash-partitioned on the id into the same count (the rule's, from the candidates):
+        # the join plans no exchange of spark.sql.shuffle.partitions.
+        from spark_dp.aggregates._partitioning import partitions_for
+
+        n = partitions_for(mapped)
+        ests = out.withColumnRenamed("item", "__id").repartition(n, F.col("__id"))
+        out = mapped.repartition(n, F.col("__id")).join(ests, on="__id", how="left").select("item", "estimate")
     return out
 
 
@@ -322,7 +344,7 @@ def heavy_hitters(
             heavy = candidates.sparkSession.createDataFrame(
                 [(int(i), float(v)) for i, v in found], "__id bigint, estimate double")
             typ = "bigint" if view.kind == "long" else "string"
-            items = candidates.select(F.col(column).cast(typ).alias("item")).where(F.col("item").isNotNull()).distinct()
+            items = _distinct_items(candidates, column, typ, non_null=True)
             items = items.withColumn("__id", hashed_id_column(F.col("item"), view.hash_seed, view.levels))
             rows = items.join(F.broadcast(heavy), on="__id", how="inner").orderBy(
                 F.col("estimate").desc(), F.col("item")).limit(top).collect()
