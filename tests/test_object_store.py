@@ -1,11 +1,13 @@
-"""Releases on an object store: a local S3-compatible server (moto) started and stopped by the tests.
+"""Releases on object stores: local S3, GCS and Azure Blob servers started and stopped by the tests.
 
-The same commands as for a local output root: ``spark-dp release`` with ``output.path: s3://…``,
-``spark_dp.load_release("s3://bucket/prefix/<release_id>")``, ``estimate``, ``heavy-hitters``,
-``report``, ``merge_sketches`` and ``audit``. S3 has no atomic rename, so the manifest is the
-commit marker, written last: the crash tests kill a job between payload and manifest and check that
-no reader ever sees the half-written release. The server is reached through the standard AWS
-environment (keys, ``AWS_ENDPOINT_URL``), set for each test only.
+Each test runs once per store (``[s3]``, ``[gs]``, ``[abfss]``; servers in tests/_stores.py: moto,
+fake-gcs-server, Azurite) with the same commands as for a local output root: ``spark-dp release``
+with ``output.path: s3://…`` (``gs://…``, ``abfss://…``), ``spark_dp.load_release(<URI>)``,
+``estimate``, ``heavy-hitters``, ``report``, ``merge_sketches``, plans and ``audit``. These stores
+have no atomic rename, so the manifest is the commit marker, written last: the crash tests kill a
+job between payload and manifest and check that no reader ever sees the half-written release. Each
+server is reached through its store's standard environment (``AWS_ENDPOINT_URL`` and keys,
+``STORAGE_EMULATOR_HOST``, ``AZURE_STORAGE_CONNECTION_STRING``), set for each test only.
 """
 
 import json
@@ -28,29 +30,30 @@ from spark_dp.release import Release, load_release, release_exists, storage, wri
 from spark_dp.release.uncertainty import gaussian_interval, manifest_block
 from tests._crash_job import run_crash_job
 from tests._jobs import charges, write_config
-from tests._moto import AWS_SCRUB, aws_env, moto_server, unavailable
+from tests._stores import SCHEMES, SCRUB, azurite_connection_string, serve
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint(tmp_path_factory):
-    """moto's server for the whole run (started once, always stopped)."""
-    reason = unavailable()
-    if reason:
-        pytest.skip(reason)
-    with moto_server(str(tmp_path_factory.mktemp("moto") / "moto.log")) as endpoint:
-        yield endpoint
+@pytest.fixture(scope="session", params=SCHEMES)
+def store(request, tmp_path_factory):
+    """The local server of one store for all the tests of that store (started once, always stopped)."""
+    with serve(request.param, tmp_path_factory.mktemp(request.param)) as running:
+        yield running
+
+
+def _point_at(store, monkeypatch):
+    for key in SCRUB[store.scheme]:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in store.env.items():
+        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture
-def s3_root(s3_endpoint, monkeypatch):
-    """``s3://<fresh bucket>/releases``, with the AWS environment of the local server set for this test only."""
-    for key in AWS_SCRUB:
-        monkeypatch.delenv(key, raising=False)
-    for key, value in aws_env(s3_endpoint).items():
-        monkeypatch.setenv(key, value)
+def root(store, monkeypatch):
+    """``<scheme>://<fresh bucket>/releases``, with the store's environment for the local server set for this test."""
+    _point_at(store, monkeypatch)
     bucket = f"dp-{uuid.uuid4().hex[:12]}"
-    pafs.S3FileSystem(endpoint_override=s3_endpoint, region="us-east-1", allow_bucket_creation=True).create_dir(bucket)
-    return f"s3://{bucket}/releases"
+    store.create_bucket(bucket)
+    return store.uri(bucket)
 
 
 def _objects(uri: str) -> list[str]:
@@ -69,42 +72,44 @@ def _release(rid="r-001"):
                     "uncertainty": manifest_block(bars, 0.95)}, uncertainty=bars)
 
 
-# -- the release layer on S3 (no Spark) ----------------------------------------------------------
-def test_write_and_load_on_s3(s3_root):
+# -- the release layer on each store (no Spark) ---------------------------------------------------
+def test_write_and_load(store, root):
     rel = _release()
-    path = write_release(rel, s3_root)
-    assert path == f"{s3_root}/r-001" and rel.path == path and release_exists(path)
-    assert _objects(s3_root) == ["r-001/manifest.json", "r-001/matrix.parquet", "r-001/vector.parquet"]
+    path = write_release(rel, root)
+    assert path == f"{root}/r-001" and rel.path == path and release_exists(path)
+    assert _objects(root) == ["r-001/manifest.json", "r-001/matrix.parquet", "r-001/vector.parquet"]
     back = spark_dp.load_release(path)
     assert back.release_id == "r-001" and back.path == path
     for name, arr in rel.arrays.items():
         np.testing.assert_array_equal(back[name], arr)
     np.testing.assert_array_equal(back.interval("matrix")[0], rel.interval("matrix")[0])
     np.testing.assert_array_equal(back.stderr("matrix"), rel.stderr("matrix"))
-    # Hadoop's name for S3 reads the same objects
-    np.testing.assert_array_equal(load_release(path.replace("s3://", "s3a://"))["matrix"], rel["matrix"])
+    # the other names of the scheme read the same objects: Hadoop's for S3, plain-HTTP ABFS
+    alias = {"s3": "s3a", "abfss": "abfs"}.get(store.scheme)
+    if alias:
+        np.testing.assert_array_equal(load_release(f"{alias}://{path.split('://', 1)[1]}")["matrix"], rel["matrix"])
     with pytest.raises(ReleaseConflictError, match="never overwritten"):
-        write_release(_release(), s3_root)
-    assert not release_exists(f"{s3_root}/r-002")
+        write_release(_release(), root)
+    assert not release_exists(f"{root}/r-002")
 
 
-def test_manifest_is_the_last_object_written(s3_root, monkeypatch):
+def test_manifest_is_the_last_object_written(root, monkeypatch):
     seen = []
     real = release_module._publish
 
     def spy(src, dst):
         # when each file arrives, which objects of the release are visible
-        seen.append((os.path.basename(dst.path), _objects(f"{s3_root}/r-001")))
+        seen.append((os.path.basename(dst.path), _objects(f"{root}/r-001")))
         real(src, dst)
 
     monkeypatch.setattr(release_module, "_publish", spy)
-    write_release(_release(), s3_root)
+    write_release(_release(), root)
     assert [name for name, _ in seen] == ["matrix.parquet", "vector.parquet", "manifest.json"]
     assert seen[-1][1] == ["matrix.parquet", "vector.parquet"]  # all payload in place, no manifest yet
-    assert not any(o.startswith(".tmp-") for o in _objects(s3_root))  # the temporary prefix is gone
+    assert not any(o.startswith(".tmp-") for o in _objects(root))  # the temporary prefix is gone
 
 
-def test_a_release_without_its_manifest_is_absent_and_replaced(s3_root, monkeypatch):
+def test_a_release_without_its_manifest_is_absent_and_replaced(root, monkeypatch):
     real = release_module._publish
 
     def fail_at_manifest(src, dst):
@@ -114,27 +119,84 @@ def test_a_release_without_its_manifest_is_absent_and_replaced(s3_root, monkeypa
 
     monkeypatch.setattr(release_module, "_publish", fail_at_manifest)
     with pytest.raises(OSError, match="connection reset"):
-        write_release(_release(), s3_root)
-    assert _objects(s3_root) == ["r-001/matrix.parquet", "r-001/vector.parquet"]  # payload, no commit marker
-    path = f"{s3_root}/r-001"
+        write_release(_release(), root)
+    assert _objects(root) == ["r-001/matrix.parquet", "r-001/vector.parquet"]  # payload, no commit marker
+    path = f"{root}/r-001"
     assert not release_exists(path)
     with pytest.raises(SchemaError, match="no manifest.json"):
         load_release(path)
     monkeypatch.setattr(release_module, "_publish", real)
     rel = _release()
     rel.arrays["matrix"] = rel.arrays["matrix"] + 1.0
-    write_release(rel, s3_root)  # the id was never released: a later write completes it
+    write_release(rel, root)  # the id was never released: a later write completes it
     np.testing.assert_array_equal(load_release(path)["matrix"], rel["matrix"])
 
 
-def test_endpoint_comes_from_the_aws_environment(s3_root, s3_endpoint, monkeypatch):
-    write_release(_release(), s3_root)
+@pytest.mark.parametrize("store", ["s3"], indirect=True)
+def test_s3_endpoint_comes_from_the_aws_environment(store, root, monkeypatch):
+    write_release(_release(), root)
     monkeypatch.delenv("AWS_ENDPOINT_URL")
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)  # the service-specific variable, as the AWS SDKs read it
-    assert release_exists(f"{s3_root}/r-001")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", store.url)  # the service-specific variable, as the AWS SDKs read it
+    assert release_exists(f"{root}/r-001")
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # nothing listens there
     with pytest.raises(OSError):
-        load_release(f"{s3_root}/r-001")
+        load_release(f"{root}/r-001")
+
+
+@pytest.mark.parametrize("store", ["gs"], indirect=True)
+def test_gcs_emulator_comes_from_either_standard_variable(store, root, monkeypatch):
+    rel = _release()
+    write_release(rel, root)
+    path = f"{root}/r-001"
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"127.0.0.1:{store.port}")  # host:port, as Go's client takes it
+    assert release_exists(path)
+    # google-cloud-cpp's own variable, which it applies under pyarrow whatever spark-dp passes, wins
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
+    monkeypatch.setenv("CLOUD_STORAGE_EMULATOR_ENDPOINT", store.url)
+    np.testing.assert_array_equal(load_release(path)["matrix"], rel["matrix"])
+
+
+@pytest.mark.parametrize("store", ["abfss"], indirect=True)
+def test_azure_key_and_endpoint_come_from_the_connection_string(store, root, monkeypatch):
+    write_release(_release(), root)
+    path = f"{root}/r-001"
+    assert release_exists(path.replace("abfss://", "abfs://"))
+    wrong_key = azurite_connection_string(store.url).replace("AccountKey=", "AccountKey=AAAA")
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", wrong_key)
+    with pytest.raises(OSError, match="AuthorizationFailure|403"):  # the server checks the key in use
+        load_release(path)
+
+
+def _azure_fs(**options):
+    return pafs.AzureFileSystem(account_name="acct", **options)
+
+
+@pytest.mark.parametrize("connection, expected", [
+    ("DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=a2V5;EndpointSuffix=core.windows.net",
+     _azure_fs(account_key="a2V5", blob_storage_authority=".blob.core.windows.net", blob_storage_scheme="https",
+               dfs_storage_authority=".dfs.core.windows.net", dfs_storage_scheme="https")),
+    ("BlobEndpoint=https://acct.blob.core.chinacloudapi.cn/;SharedAccessSignature=sv=2024-11-04&sig=x",
+     _azure_fs(sas_token="sv=2024-11-04&sig=x", blob_storage_authority=".blob.core.chinacloudapi.cn",
+               blob_storage_scheme="https", dfs_storage_authority=".dfs.core.chinacloudapi.cn",
+               dfs_storage_scheme="https")),
+    ("DefaultEndpointsProtocol=http;AccountName=acct;AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:10000/acct;",
+     _azure_fs(account_key="a2V5", blob_storage_authority="127.0.0.1:10000", blob_storage_scheme="http",
+               dfs_storage_authority="127.0.0.1:10000", dfs_storage_scheme="http")),
+], ids=["account-key", "sas-token", "emulator"])
+def test_azure_connection_string_forms(monkeypatch, connection, expected):
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", connection)
+    assert storage.locate("abfss://cont@acct.dfs.core.windows.net/releases/r-1").fs == expected
+    assert storage.locate("abfss://cont@acct.dfs.core.windows.net/releases/r-1").path == "cont/releases/r-1"
+
+
+def test_azure_connection_string_of_another_account_is_not_used(monkeypatch):
+    uri = "abfss://cont@acct.dfs.core.windows.net/releases"
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite_connection_string("http://127.0.0.1:10000"))
+    assert storage.locate(uri).fs == pafs.FileSystem.from_uri(uri)[0]  # the default credential chain
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", "AccountName=acct;AccountKey=a2V5;"
+                       "BlobEndpoint=https://storage.example.com/")
+    with pytest.raises(ConfigError, match="storage.example.com"):
+        storage.locate(uri)
 
 
 def test_unknown_scheme_is_a_clear_error():
@@ -142,13 +204,13 @@ def test_unknown_scheme_is_a_clear_error():
         load_release("nope://bucket/r-001")
 
 
-# -- jobs and commands with output.path on S3 ---------------------------------------------------
+# -- jobs and commands with output.path on each store ---------------------------------------------
 def _data(tmp_path, n=300):
     X = np.random.default_rng(5).normal(size=(n, 3)) * 0.5
     pq.write_table(pa.table({"x1": X[:, 0], "x2": X[:, 1], "x3": X[:, 2]}), tmp_path / "data.parquet")
 
 
-def _job(tmp_path, s3_root, release_id="job-001"):
+def _job(tmp_path, root, release_id="job-001"):
     return write_config(tmp_path, {
         "release_id": release_id,
         "dataset": {"id": "t.points", "path": str(tmp_path / "data.parquet"), "format": "parquet",
@@ -157,16 +219,16 @@ def _job(tmp_path, s3_root, release_id="job-001"):
         "privacy": {"epsilon": 1.0, "delta": 1e-6, "norm_bound": 1.0, "sampler": "numpy"},
         "params": {},
         "ledger": {"uri": f"sqlite:///{tmp_path}/ledger.db", "epsilon_limit": 3.0, "delta_limit": 1e-5},
-        "output": {"path": s3_root},
+        "output": {"path": root},
     })
 
 
-def test_release_job_report_and_audit_on_s3(spark, tmp_path, s3_root, capsys):
+def test_release_job_report_and_audit(spark, tmp_path, root, capsys):
     _data(tmp_path)
-    config = _job(tmp_path, s3_root)
+    config = _job(tmp_path, root)
     assert cli_main(["release", config]) == 0
     first = json.loads(capsys.readouterr().out)
-    path = f"{s3_root}/job-001"
+    path = f"{root}/job-001"
     assert first["path"] == path and first["reused"] is False
     assert open_ledger(f"{tmp_path}/ledger.db").lookup("job-001").location == path
     rel = spark_dp.load_release(path)
@@ -183,14 +245,14 @@ def test_release_job_report_and_audit_on_s3(spark, tmp_path, s3_root, capsys):
     text = storage.read_bytes(report["report"]).decode()
     assert "# Release job-001" in text and all(storage.is_file(p) for p in report["plots"])
     # audit: the release matches its charge; the report files are not releases
-    assert cli_main(["audit", "--ledger", f"sqlite:///{tmp_path}/ledger.db", s3_root, "--json"]) == 0
+    assert cli_main(["audit", "--ledger", f"sqlite:///{tmp_path}/ledger.db", root, "--json"]) == 0
     audit = json.loads(capsys.readouterr().out)
     assert audit["releases_matched"] == 1 and audit["counts"] == {}
 
 
-def test_an_output_that_cannot_be_written_is_refused_before_the_charge(spark, tmp_path, s3_root, capsys):
+def test_an_output_that_cannot_be_written_is_refused_before_the_charge(spark, tmp_path, store, root, capsys):
     _data(tmp_path)
-    missing = f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/releases"
+    missing = store.uri(f"no-such-bucket-{uuid.uuid4().hex[:8]}")
     for output, needle in ((missing, "does not exist"), ("nope://bucket/releases", "Cannot open")):
         assert cli_main(["release", _job(tmp_path, output)]) == 2
         err = capsys.readouterr().err
@@ -198,16 +260,16 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_charge(spark, tm
         assert charges(tmp_path) == 0  # nothing charged: the job would not have been able to write
 
 
-def test_sketch_estimate_heavy_hitters_and_merge_on_s3(spark, tmp_path, s3_root, capsys):
+def test_sketch_estimate_heavy_hitters_and_merge(spark, tmp_path, root, capsys):
     from spark_dp.sketch import estimate, merge_sketches
     from spark_dp.sketch.api import count_sketch
 
     df = spark.createDataFrame([(f"q{i % 7 if i % 3 else 0}",) for i in range(400)], "query string")
     sess = spark_dp.DPSession("t.q", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=10.0, delta_limit=1e-5,
-                              output=s3_root, sampler=SeededSampler(np.random.default_rng(3)))
+                              output=root, sampler=SeededSampler(np.random.default_rng(3)))
     r1 = count_sketch(sess, df, "query", epsilon=1.0, delta=1e-6, repetitions=3, buckets=64)
     r2 = count_sketch(sess, df, "query", epsilon=1.0, delta=1e-6, repetitions=3, buckets=64, seeds=r1)
-    assert r1.path == f"{s3_root}/{r1.release_id}" and release_exists(r2.path)
+    assert r1.path == f"{root}/{r1.release_id}" and release_exists(r2.path)
     items = tmp_path / "items.txt"
     items.write_text("q0\nq1\nnever-seen\n")
     assert cli_main(["estimate", r1.path, "--items", str(items)]) == 0
@@ -215,14 +277,14 @@ def test_sketch_estimate_heavy_hitters_and_merge_on_s3(spark, tmp_path, s3_root,
     assert [float(ln.split(",")[1]) for ln in lines[1:]] == estimate(r1, ["q0", "q1", "never-seen"]).tolist()
     assert cli_main(["heavy-hitters", r1.path, "--candidates", str(items), "--top", "1", "--threshold", "0"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[1].startswith("q0,")
-    merged = merge_sketches([r1.path, r2.path], output=s3_root)  # parts named by their URIs
-    assert merged.path == f"{s3_root}/{merged.release_id}"
+    merged = merge_sketches([r1.path, r2.path], output=root)  # parts named by their URIs
+    assert merged.path == f"{root}/{merged.release_id}"
     np.testing.assert_array_equal(load_release(merged.path)["sketch"], r1["sketch"] + r2["sketch"])
-    report = audit_releases(open_ledger(f"{tmp_path}/l.db"), s3_root)
+    report = audit_releases(open_ledger(f"{tmp_path}/l.db"), root)
     assert report.ok and report.releases == 2 and report.counts() == {"derived": 1}
 
 
-def test_plan_runs_and_finds_its_stored_releases_on_s3(spark, tmp_path, s3_root):
+def test_plan_runs_and_finds_its_stored_releases(spark, tmp_path, root):
     from datetime import date
 
     import yaml
@@ -239,32 +301,32 @@ def test_plan_runs_and_finds_its_stored_releases_on_s3(spark, tmp_path, s3_root)
                         "ledger": {"uri": "unused"}, "output": {"path": "unused"}}}
     p = tmp_path / "plan.yaml"
     p.write_text(yaml.safe_dump({"plan": "shop", "ledger": {"uri": f"sqlite:///{tmp_path}/ledger.db"},
-                                 "output": {"path": s3_root}, "entries": [entry]}))
+                                 "output": {"path": root}, "entries": [entry]}))
     plan, day = load_plan(str(p)), date(2026, 11, 30)
     [first] = run_plan(plan, day)
-    assert first.status == "released" and first.path == f"{s3_root}/shop.cov.2026-11-30"
+    assert first.status == "released" and first.path == f"{root}/shop.cov.2026-11-30"
     [again] = run_plan(plan, day)
-    assert again.status == "stored" and again.path == first.path  # the ledger's location, an S3 URI
+    assert again.status == "stored" and again.path == first.path  # the ledger's location, the store's URI
     stored = _stored(plan, plan.entry("cov"), day)  # what merges and seed anchors read
     assert stored is not None and stored.path == first.path
 
 
-def test_kill_between_payload_and_manifest_is_never_read(spark, tmp_path, s3_root, capsys):
+def test_kill_between_payload_and_manifest_is_never_read(spark, tmp_path, root, capsys):
     """SIGKILL right after the payload reached the release's prefix, before the manifest (tests/_crash_job.py).
 
     A kill while staging (the local ``during_write`` point) leaves less: only the temporary prefix.
     """
     _data(tmp_path)
-    config = _job(tmp_path, s3_root)
+    config = _job(tmp_path, root)
     proc = run_crash_job(config, "before_manifest")  # inherits this test's AWS environment
     assert proc.returncode == -9, proc.stderr[-2000:]
     ledger = f"sqlite:///{tmp_path}/ledger.db"
     charge = open_ledger(ledger).lookup("job-001")
     assert charge is not None and not charge.written  # the charge stands: no refund
-    left = _objects(s3_root)
+    left = _objects(root)
     assert "job-001/matrix.parquet" in left and "job-001/manifest.json" not in left  # payload, no commit marker
     assert any(o.startswith(".tmp-job-001-") for o in left)  # and the staging prefix, never cleaned by a kill
-    path = f"{s3_root}/job-001"
+    path = f"{root}/job-001"
     assert not release_exists(path)
     with pytest.raises(SchemaError, match="no manifest.json"):
         load_release(path)
@@ -275,8 +337,8 @@ def test_kill_between_payload_and_manifest_is_never_read(spark, tmp_path, s3_roo
     assert cli_main(["release", config]) == 2
     assert "charge stands" in capsys.readouterr().err
     # the audit lists the charge as never written, and no release under the root
-    report = audit_releases(open_ledger(ledger), s3_root)
+    report = audit_releases(open_ledger(ledger), root)
     assert report.releases == 0 and [f.kind for f in report.problems] == ["unwritten"]
     # the next release id is written normally next to the debris
-    assert cli_main(["release", _job(tmp_path, s3_root, "job-002")]) == 0
-    assert json.loads(capsys.readouterr().out)["path"] == f"{s3_root}/job-002"
+    assert cli_main(["release", _job(tmp_path, root, "job-002")]) == 0
+    assert json.loads(capsys.readouterr().out)["path"] == f"{root}/job-002"

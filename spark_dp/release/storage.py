@@ -9,9 +9,13 @@ scheme         file system                               credentials and endpoin
 ``s3://``      ``pyarrow.fs.S3FileSystem``                the AWS credential chain (environment, ``~/.aws``,
 (``s3a://``,                                             instance/role metadata); the endpoint from
 ``s3n://``)                                              ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``
-``gs://``      ``pyarrow.fs.GcsFileSystem``               Google application-default credentials
-``abfs://``,   ``pyarrow.fs.AzureFileSystem``             the Azure default credential chain (environment,
-``abfss://``                                             workload/managed identity, CLI login)
+``gs://``      ``pyarrow.fs.GcsFileSystem``               Google application-default credentials; an emulator
+                                                         from ``CLOUD_STORAGE_EMULATOR_ENDPOINT`` or
+                                                         ``STORAGE_EMULATOR_HOST``, anonymously
+``abfs://``,   ``pyarrow.fs.AzureFileSystem``             ``AZURE_STORAGE_CONNECTION_STRING`` when it names the
+``abfss://``                                             URI's account (its key or SAS token, its endpoints);
+                                                         else the Azure default credential chain
+                                                         (environment, workload/managed identity, CLI login)
 ``hdfs://``    ``pyarrow.fs.HadoopFileSystem`` (libhdfs)  the Hadoop configuration (``HADOOP_CONF_DIR``,
                                                          Kerberos ticket cache)
 ============== ========================================= ====================================================
@@ -19,6 +23,11 @@ scheme         file system                               credentials and endpoin
 pyarrow's ``S3FileSystem`` does not read ``AWS_ENDPOINT_URL`` itself (apache/arrow#49643),
 so this module passes it (``AWS_ENDPOINT_URL_S3`` first, as the AWS SDKs do) as the
 endpoint override; ``s3a://`` and ``s3n://`` (Hadoop's names for S3) are opened as ``s3://``.
+pyarrow's ``GcsFileSystem`` uses default credentials even against an emulator (google-cloud-cpp
+honours ``CLOUD_STORAGE_EMULATOR_ENDPOINT`` for the endpoint only), so an emulator variable
+opens the emulator anonymously, at that address, as Google's own client libraries do.
+pyarrow's ``abfs[s]://`` URI parsing takes no key and reads no Azure environment variable,
+so the Azure SDKs' standard connection string is read here.
 No fsspec is needed: pyarrow has a native file system for every scheme above.
 
 Only :mod:`spark_dp.release` writes releases; the readers (``load_release``,
@@ -75,12 +84,88 @@ def _s3(netloc: str) -> pafs.FileSystem:
     return pafs.S3FileSystem(endpoint_override=endpoint, region=region)
 
 
+# google-cloud-cpp (under pyarrow) sends every request to CLOUD_STORAGE_EMULATOR_ENDPOINT when it is
+# set, whatever endpoint it is given: so that variable comes first.
+_GCS_EMULATOR = ("CLOUD_STORAGE_EMULATOR_ENDPOINT", "STORAGE_EMULATOR_HOST")
+_AZURE_CONNECTION = "AZURE_STORAGE_CONNECTION_STRING"
+
+
+def _gcs() -> pafs.FileSystem:
+    emulator = next((os.environ[k] for k in _GCS_EMULATOR if os.environ.get(k)), None)
+    if emulator is None:
+        return pafs.GcsFileSystem()  # application-default credentials, Google's endpoint
+    u = urlparse(emulator if "://" in emulator else f"http://{emulator}")  # "host:port" (Go) or a URL (Python)
+    return pafs.GcsFileSystem(anonymous=True, scheme=u.scheme, endpoint_override=u.netloc)
+
+
+def _connection_string() -> dict[str, str]:
+    """``AZURE_STORAGE_CONNECTION_STRING`` as {lower-case key: value} ({} when unset)."""
+    parts = {}
+    for item in os.environ.get(_AZURE_CONNECTION, "").split(";"):
+        key, sep, value = item.partition("=")
+        if sep:
+            parts[key.strip().lower()] = value.strip()
+    return parts
+
+
+def _azure_endpoint(url: str, account: str) -> tuple[str, str]:
+    """(scheme, authority) of a connection string's endpoint URL, in pyarrow's form.
+
+    pyarrow builds ``scheme://<account><authority>/`` from an authority that
+    starts with a dot, else ``scheme://<authority>/<account>/`` (emulators).
+    """
+    u = urlparse(url)
+    host = u.netloc
+    if u.path.strip("/") == account:  # path style: http://127.0.0.1:10000/devstoreaccount1
+        return u.scheme, host
+    if not u.path.strip("/") and host.lower().startswith(f"{account.lower()}."):
+        return u.scheme, host[len(account):]  # https://<account>.blob.core.windows.net
+    raise ConfigError(f"{_AZURE_CONNECTION}: endpoint {url!r} is neither https://{account}.<domain> nor "
+                      f"<scheme>://<host>/{account}, the two forms pyarrow's AzureFileSystem addresses.")
+
+
+def _azure(location: str, netloc: str) -> pafs.FileSystem:
+    """The file system of ``abfs[s]://container@account.<domain>/...``."""
+    account = netloc.partition("@")[2].split(".", 1)[0]
+    conn = _connection_string()
+    # a SAS connection string may name its account only in its endpoint's host
+    named = conn.get("accountname") or urlparse(conn.get("blobendpoint", "")).netloc.split(".", 1)[0]
+    if not account or named.lower() != account.lower():
+        return pafs.FileSystem.from_uri(location)[0]  # the default credential chain, the URI's domain
+    kwargs: dict[str, str] = {"account_name": account}
+    if conn.get("accountkey"):
+        kwargs["account_key"] = conn["accountkey"]
+    elif conn.get("sharedaccesssignature"):
+        kwargs["sas_token"] = conn["sharedaccesssignature"]
+    suffix = conn.get("endpointsuffix", "core.windows.net")
+    protocol = conn.get("defaultendpointsprotocol", "https")
+    blob = (_azure_endpoint(conn["blobendpoint"], account) if conn.get("blobendpoint")
+            else (protocol, f".blob.{suffix}"))
+    if conn.get("dfsendpoint"):
+        dfs = _azure_endpoint(conn["dfsendpoint"], account)
+    else:  # an emulator serves both APIs on one address; Azure proper has a .dfs. twin of the .blob. host
+        dfs = (blob[0], blob[1].replace(".blob.", ".dfs.", 1)) if blob[1].startswith(".") else blob
+    kwargs.update(blob_storage_scheme=blob[0], blob_storage_authority=blob[1],
+                  dfs_storage_scheme=dfs[0], dfs_storage_authority=dfs[1])
+    return pafs.AzureFileSystem(**kwargs)
+
+
 def _env_key(scheme: str) -> tuple:
     """What the file system of ``scheme`` depends on besides the URI (a cache key part)."""
-    if scheme == "s3":
-        return tuple(os.environ.get(k) for k in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION",
-                                                  "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ACCESS_KEY_ID"))
-    return ()
+    names = {"s3": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
+                    "AWS_ACCESS_KEY_ID"),
+             "gs": _GCS_EMULATOR, "abfs": (_AZURE_CONNECTION,)}.get(scheme, ())
+    return tuple(os.environ.get(k) for k in names)
+
+
+def _open(scheme: str, netloc: str, location: str) -> pafs.FileSystem:
+    """The (cached) file system of ``scheme://netloc``, from the store's standard configuration now."""
+    key = (scheme, netloc, _env_key(scheme))
+    with _lock:
+        fs = _cache.get(key)
+        if fs is None:
+            fs = _cache[key] = _s3(netloc) if scheme == "s3" else _gcs() if scheme == "gs" else _azure(location, netloc)
+    return fs
 
 
 def locate(location: str) -> Location:
@@ -93,18 +178,16 @@ def locate(location: str) -> Location:
         return Location(pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(_local_path(location))), True)
     u = urlparse(location)
     scheme = u.scheme.lower()
-    if scheme in _S3_ALIASES:
-        scheme = "s3"
-    if scheme == "s3":
-        key = ("s3", u.netloc, _env_key("s3"))
-        path = f"{u.netloc}{unquote(u.path)}".rstrip("/")
-        with _lock:
-            fs = _cache.get(key)
-            if fs is None:
-                fs = _cache[key] = _s3(u.netloc)
-        return Location(fs, path, False)
+    scheme = {**dict.fromkeys(_S3_ALIASES, "s3"), "abfss": "abfs"}.get(scheme, scheme)
     try:
+        if scheme in ("s3", "gs"):  # bucket/key
+            return Location(_open(scheme, u.netloc, location), f"{u.netloc}{unquote(u.path)}".rstrip("/"), False)
+        if scheme == "abfs" and "@" in u.netloc:  # container@account.<domain>/path: container/path
+            return Location(_open(scheme, u.netloc, location),
+                            f"{u.netloc.partition('@')[0]}{unquote(u.path)}".rstrip("/"), False)
         fs, path = pafs.FileSystem.from_uri(location)
+    except ConfigError:
+        raise
     except (ValueError, OSError) as exc:  # pyarrow.ArrowInvalid is a ValueError
         raise ConfigError(f"Cannot open {location!r} through pyarrow.fs ({exc}); release locations are local "
                           "paths or s3://, gs://, abfs(s)://, hdfs:// URIs.") from exc
@@ -140,11 +223,23 @@ def is_dir(location: str | Location) -> bool:
 
 
 def list_dirs(location: str) -> list[str]:
-    """Names of the sub-directories (prefixes) directly under ``location``, sorted."""
+    """Names of the sub-directories (prefixes) directly under ``location``, sorted.
+
+    On a remote store the listing is recursive: pyarrow's ``GcsFileSystem`` lists,
+    one level deep, only the prefixes that have a directory marker object, and a
+    release's prefix has none (its objects are copied there one by one).
+    """
     loc = locate(location)
-    infos = loc.fs.get_file_info(pafs.FileSelector(loc.path, recursive=False, allow_not_found=True))
-    return sorted(posixpath.basename(i.path.rstrip("/")) if not loc.local else os.path.basename(i.path)
-                  for i in infos if i.type == pafs.FileType.Directory)
+    selector = pafs.FileSelector(loc.path, recursive=not loc.local, allow_not_found=True)
+    infos = loc.fs.get_file_info(selector)
+    if loc.local:
+        return sorted(os.path.basename(i.path) for i in infos if i.type == pafs.FileType.Directory)
+    names = set()
+    for info in infos:
+        first, _, rest = info.path[len(loc.path):].strip("/").partition("/")
+        if rest or info.type == pafs.FileType.Directory:
+            names.add(first)
+    return sorted(names)
 
 
 def read_bytes(location: str | Location) -> bytes:
@@ -165,7 +260,13 @@ def delete_dir(location: str | Location) -> None:
     """Deletes a directory (prefix) and everything under it; nothing if it is absent."""
     loc = location if isinstance(location, Location) else locate(location)
     if _type(loc) == pafs.FileType.Directory:
-        loc.fs.delete_dir(loc.path)
+        try:
+            loc.fs.delete_dir(loc.path)
+        except FileNotFoundError:
+            # GCS: pyarrow deletes the objects, then the prefix's directory marker object, which a
+            # prefix made of copied objects does not have. Gone is what was asked.
+            if _type(loc) != pafs.FileType.NotFound:
+                raise
 
 
 def is_object_store(loc: Location) -> bool:
