@@ -110,12 +110,13 @@ def _fake_gcs_server() -> str:
     return found[0]
 
 
-def _azurite_blob() -> str:
-    run = subprocess.run(["bash", str(REPO / "scripts" / "azurite.sh")], capture_output=True, text=True,
-                         timeout=900)
+def _azurite_blob() -> list[str]:
+    """The command that starts Azurite's Blob service: [node, main.js] (scripts/azurite.sh installs it once)."""
+    run = subprocess.run(["bash", str(REPO / "scripts" / "azurite.sh"), sys.executable], capture_output=True,
+                         text=True, timeout=900)
     if run.returncode != 0:
         raise ServerError(f"scripts/azurite.sh failed ({run.returncode}): {run.stderr[-3000:]}")
-    return run.stdout.strip().splitlines()[-1]
+    return run.stdout.strip().splitlines()[-2:]
 
 
 def _command(scheme: str, port: int, workdir: Path) -> tuple[list[str], str]:
@@ -128,7 +129,7 @@ def _command(scheme: str, port: int, workdir: Path) -> tuple[list[str], str]:
     if scheme == "gs":
         return ([_fake_gcs_server(), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
                  "-port", str(port), "-external-url", url, "-log-level", "warn"], f"{url}/storage/v1/b")
-    return ([_azurite_blob(), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
+    return ([*_azurite_blob(), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
              "--disableTelemetry", "--skipApiVersionCheck", "--silent"],
             f"{url}/{AZURITE_ACCOUNT}?comp=list")
 
