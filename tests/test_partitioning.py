@@ -53,6 +53,29 @@ def test_task_slots_from_master(spark):
     assert P.task_slots(spark) == 2  # local[2, 2]
 
 
+def test_task_slots_on_a_cluster_are_spark_default_parallelism(spark):
+    """A standalone/YARN/Kubernetes master sets neither parallelism conf: the slots are Spark's own default
+    parallelism (the executors' cores), read from a plan, not a fixed 8."""
+
+    class ClusterConf:  # the test session's confs as a cluster master shows them (the suite's session sets
+        def get(self, key, default=None):  # spark.default.parallelism; a cluster does not)
+            if key == "spark.master":
+                return "spark://127.0.0.1:7077"
+            return default if key == "spark.default.parallelism" else spark.conf.get(key, default)
+
+    class ClusterSession:
+        conf = ClusterConf()
+        range = spark.range
+
+    spark.conf.set("spark.sql.leafNodeDefaultParallelism", "3")
+    try:
+        assert P.task_slots(ClusterSession()) == 3  # a user's setting wins
+    finally:
+        spark.conf.unset("spark.sql.leafNodeDefaultParallelism")
+    default = spark.sparkContext.defaultParallelism  # test code may use the SparkContext
+    assert default != 8 and P.task_slots(ClusterSession()) == default
+
+
 def _exchange_counts(df) -> list[int]:
     """The partition counts of the hash exchanges in ``df``'s physical plan."""
     import re

@@ -29,8 +29,12 @@ task slot.
   and the same on Spark Connect. Array columns count as d elements (the
   planner assumes one).
 * ``slots`` (:func:`task_slots`): ``local[N]`` gives N; otherwise
-  ``spark.default.parallelism`` (a cluster sets it to the executors'
-  cores), then ``spark.sql.leafNodeDefaultParallelism``; 8 if none is set.
+  ``spark.default.parallelism`` or ``spark.sql.leafNodeDefaultParallelism``
+  when the user set one, else Spark's own default parallelism (the cores of
+  the registered executors, at least 2), read as the ``splits`` of
+  ``spark.range(1)``'s physical plan (no job, Spark Connect safe; neither
+  conf is set by a standalone, YARN or Kubernetes cluster); 8 if even that
+  cannot be read.
   No SparkContext (Spark Connect safe).
 
 Adaptive query execution: a ``repartition(n, key)`` with an explicit n is
@@ -77,7 +81,11 @@ def task_slots(spark: SparkSession) -> int:
         value = spark.conf.get(key, None)
         if value and value.isdigit() and int(value) > 0:
             return int(value)
-    return 8
+    try:  # Range (0, 1, step=1, splits=N): N is the session's default parallelism
+        found = re.search(r"\bsplits=(\d+)", explain_text(spark.range(1), mode="simple"))
+    except Exception:  # noqa: BLE001 -- a plan that cannot be read: the fixed default
+        found = None
+    return int(found.group(1)) if found and int(found.group(1)) > 0 else 8
 
 
 def explain_text(df: DataFrame, mode: str = "cost") -> str:
