@@ -218,6 +218,8 @@ PARAMS: Constraints = Constraints({
     "norm_bound_or_auto": Optional(OrAuto(POSITIVE)),
     "norm_bound_share": Real(0, 1, low_open=True, high_open=True),   # ε share of norm_bound="auto"
     "norm_bound_quantile": Real(0, 1, low_open=True, high_open=True),  # the row-norm quantile it targets
+    "clipping_report": Bool(),  # release the private clipping report (opt-in)
+    "clipping_report_share": Real(0, 1, low_open=True, high_open=True),  # its share of the release's ε
     # sketch
     "buckets": Int(1),
     "top": Int(1),

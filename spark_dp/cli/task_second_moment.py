@@ -13,6 +13,7 @@ Config (``params`` keys per task; all optional unless stated)::
              ridge: 0.0,            # linear_regression only
              fit_intercept: true,   # linear_regression only; default true with dataset.bounds, false without
              norm_bound_share: 0.1, norm_bound_quantile: 0.95,   # norm_bound: auto only (regression: 0.5)
+             clipping_report: false, clipping_report_share: 0.05,  # opt-in: the private share of clipped rows
              k: 3}                  # pca only (required)
 
 ``params.fit_intercept`` defaults to true when ``dataset.bounds`` is given and
@@ -29,6 +30,8 @@ from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError
 from spark_dp.privacy.quantile import plan_quantile
+from spark_dp.second_moment.clipping import DEFAULT_SHARE as CLIPPING_SHARE
+from spark_dp.second_moment.clipping import check_shares, plan_clipping_report
 from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.mechanisms import (
     PCA_MECHANISMS,
@@ -44,7 +47,8 @@ _COMMON_PARAMS = {
     "postprocess": SM_PARAMS.validator("postprocess", OWNER),
     **{name: P.validator(name, OWNER) for name in ("projection_rows", "dof", "public_n", "prior_dof")},
     **{name: SM_PARAMS.validator(name, OWNER) for name in ("calibration", "row_ids", "projection")},
-    **{name: P.validator(name, OWNER) for name in ("norm_bound_share", "norm_bound_quantile")},
+    **{name: P.validator(name, OWNER) for name in ("norm_bound_share", "norm_bound_quantile", "clipping_report",
+                                                    "clipping_report_share")},
 }
 DEFAULT_SHARE = 0.1  # as the API's (spark_dp.second_moment.api; pyspark-free here)
 DEFAULT_QUANTILE = {"second_moment": 0.95, "pca": 0.95, "linear_regression": 0.5}
@@ -88,15 +92,21 @@ def _plan_for(config):
     quantile = None if nb != "auto" else plan_quantile(
         priv.epsilon * p.get("norm_bound_share", DEFAULT_SHARE), p.get("norm_bound_quantile", DEFAULT_QUANTILE[config.task]),
         max_rows_per_unit=config.dataset.max_rows_per_unit, neighbors=priv.neighbors)
+    clipping = None if not p.get("clipping_report", False) else plan_clipping_report(
+        priv.epsilon * p.get("clipping_report_share", CLIPPING_SHARE),
+        max_rows_per_unit=config.dataset.max_rows_per_unit, neighbors=priv.neighbors)
+    if quantile is not None and clipping is not None:
+        check_shares(OWNER, p.get("norm_bound_share", DEFAULT_SHARE), p.get("clipping_report_share", CLIPPING_SHARE))
     plan_for = bound_planner(
-        config.mechanism, size=_size(config), epsilon=priv.epsilon, quantile=quantile, owner=OWNER,
+        config.mechanism, size=_size(config), epsilon=priv.epsilon - (clipping.epsilon if clipping else 0.0),
+        quantile=quantile, owner=OWNER,
         delta=priv.delta, neighbors=priv.neighbors,
         max_rows_per_unit=config.dataset.max_rows_per_unit, postprocess=p.get("postprocess", "none"),
         projection_rows=p.get("projection_rows"), dof=p.get("dof"), public_n=p.get("public_n"), prior_dof=p.get("prior_dof"),
         calibration=p.get("calibration", "exact"),
         row_ids=p.get("row_ids", "content"), projection=p.get("projection", "gram"),
     )
-    return plan_for, nb, quantile
+    return plan_for, nb, quantile, clipping
 
 
 def _plan(config):
@@ -135,6 +145,8 @@ def _common_kwargs(config) -> dict:
         bounds=config.dataset.extra.get("bounds"),
         norm_bound_share=p.get("norm_bound_share", DEFAULT_SHARE),
         norm_bound_quantile=p.get("norm_bound_quantile", DEFAULT_QUANTILE[config.task]),
+        clipping_report=p.get("clipping_report", False),
+        clipping_report_share=p.get("clipping_report_share", CLIPPING_SHARE),
         mechanism=config.mechanism, release_id=config.release_id, confidence=config.output.confidence, neighbors=config.privacy.neighbors,
         postprocess=p.get("postprocess", "none"), nonfinite=config.dataset.nonfinite,
         privacy_unit=config.dataset.privacy_unit, max_rows_per_unit=config.dataset.max_rows_per_unit,

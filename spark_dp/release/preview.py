@@ -289,6 +289,26 @@ def _num(x: Any) -> float | None:
 
 def predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
                      manifest: Mapping[str, Any] | None = None, *, n: int | None = None) -> dict[str, Any]:
+    """The predicted noise of a release (:func:`_predict_accuracy`), and of its clipping report if it has one."""
+    got = _predict_accuracy(task, mechanism, request, privacy, manifest, n=n)
+    clip = request.get("clipping_report")
+    if clip is None:
+        return got
+    from spark_dp.second_moment.clipping import laplace_half_width, plan_clipping_report
+
+    plan = plan_clipping_report(float(request["epsilon"]) * float(clip["share"]),
+                                max_rows_per_unit=int(request.get("max_rows_per_unit") or 1),
+                                neighbors=request.get("neighbors", "add_remove"))
+    half = laplace_half_width(plan.scale, got["level"])
+    return {**got, "clipping_report": {
+        "count_half_width": half, "laplace_scale": plan.scale, "epsilon": plan.epsilon,
+        "fraction_half_width_at_n": None if n is None else half / n,
+        "method": "the Laplace interval of the clipped-row count, b·ln(1/(1 − level)); divided by n for the "
+                  "fraction (data-independent: predicted exactly)"}}
+
+
+def _predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
+                      manifest: Mapping[str, Any] | None = None, *, n: int | None = None) -> dict[str, Any]:
     """The predicted noise of a release, from its public request, privacy and manifest fields (module doc).
 
     Returns a dict with ``level`` (the interval level: the request's

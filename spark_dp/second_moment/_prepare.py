@@ -31,6 +31,8 @@ from spark_dp.release.pipeline import confidence_request
 from spark_dp.release.uncertainty import Uncertainty, gaussian_interval
 from spark_dp.second_moment._registry import MechanismPlan
 from spark_dp.second_moment._scaling import Scaling
+from spark_dp.second_moment.clipping import DEFAULT_SHARE as CLIPPING_SHARE
+from spark_dp.second_moment.clipping import ClippingPlan, check_shares, plan_clipping_report
 from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.mechanisms import bound_planner
 from spark_dp.second_moment.uncertainty import matrix_uncertainty
@@ -46,11 +48,12 @@ DEFAULT_NORM_BOUND_QUANTILE = 0.95
 #: relation y = xβ + b·c survives scaling the row): a low quantile costs little bias and saves noise
 #: (docs/accuracy.md: the median is within 1.1x of the best hand-chosen bound on the worked example).
 REGRESSION_NORM_BOUND_QUANTILE = 0.5
+DEFAULT_CLIPPING_SHARE = CLIPPING_SHARE  # the clipping report's share of ε (spark_dp.second_moment.clipping)
 
 
 def _check_common(owner, epsilon, delta, norm_bound, neighbors, postprocess, nonfinite, max_rows_per_unit, privacy_unit,
                   bounds=None, norm_bound_share=DEFAULT_NORM_BOUND_SHARE,
-                  norm_bound_quantile=DEFAULT_NORM_BOUND_QUANTILE):
+                  norm_bound_quantile=DEFAULT_NORM_BOUND_QUANTILE, clipping=False, clipping_share=DEFAULT_CLIPPING_SHARE):
     epsilon, delta = (P.check(n, v, owner=owner) for n, v in (("epsilon", epsilon), ("delta", delta)))
     norm_bound = P.check("norm_bound_or_auto", norm_bound, owner=owner, key="norm_bound")
     for name, value in (("neighbors", neighbors), ("nonfinite", nonfinite), ("privacy_unit", privacy_unit)):
@@ -59,8 +62,10 @@ def _check_common(owner, epsilon, delta, norm_bound, neighbors, postprocess, non
     bounds = P.check("bounds", bounds, owner=owner)
     share = P.check("norm_bound_share", norm_bound_share, owner=owner)
     quantile = P.check("norm_bound_quantile", norm_bound_quantile, owner=owner)
+    clipping = P.check("clipping_report", clipping, owner=owner)
+    clipping_share = P.check("clipping_report_share", clipping_share, owner=owner)
     return (epsilon, delta, norm_bound, P.check("max_rows_per_unit", max_rows_per_unit, owner=owner), bounds,
-            share, quantile)
+            share, quantile, clipping_share if clipping else None)
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ class Vector:
     size: int
     norm_bound: float | str
     quantile: QuantilePlan | None = None
+    clipping: ClippingPlan | None = None
 
     @property
     def scaled(self) -> bool:
@@ -92,14 +98,18 @@ class Vector:
         return Scaling.of(self.names, self.bounds, constant_at=self.constant_at,
                           constant_value=self.constant_value(norm_bound))
 
-    def affine(self, norm_bound: float | None) -> Affine | None:
-        """The vector's Affine; ``norm_bound`` None: for the row norms of ``auto`` (no constant without bounds)."""
+    def affine(self, norm_bound: float | None, *, flag: bool = False) -> Affine | None:
+        """The vector's Affine; ``norm_bound`` None: for the row norms of ``auto`` (no constant without bounds).
+
+        ``flag``: with bounds, the array also carries the clamping flag (the clipping report's count).
+        """
         if not self.scaled:
             return None
         bounds = tuple((self.bounds or {}).get(c) for c in self.names)
         if norm_bound is None and self.bounds is None:
             return Affine(bounds)
-        return Affine(bounds, self.constant_at, self.constant_value(norm_bound or 1.0))
+        return Affine(bounds, self.constant_at, self.constant_value(norm_bound or 1.0),
+                      flag=flag and self.bounds is not None)
 
     @property
     def fully_bounded(self) -> bool:
@@ -120,8 +130,10 @@ class Vector:
 
 
 def vector(owner: str, df: DataFrame, columns, dimension, *, bounds, norm_bound, constant_at, epsilon, share,
-            quantile, max_rows_per_unit, neighbors, what: str = "column") -> Vector:
-    """Validates the vector's definition against the schema (no Spark job) and plans ``norm_bound="auto"``."""
+           quantile, max_rows_per_unit, neighbors, what: str = "column", clipping_share: float | None = None) -> Vector:
+    """Validates the vector's definition against the schema (no Spark job), plans ``norm_bound="auto"`` and the
+    clipping report (``clipping_share``: its share of ε, None without one).
+    """
     names = (columns,) if isinstance(columns, str) else tuple(columns)
     d = vector_dimension(df, columns, dimension)  # schema check, no Spark job
     if bounds is not None:
@@ -141,12 +153,19 @@ def vector(owner: str, df: DataFrame, columns, dimension, *, bounds, norm_bound,
     qplan = None
     if norm_bound == "auto":
         qplan = plan_quantile(epsilon * share, quantile, max_rows_per_unit=max_rows_per_unit, neighbors=neighbors)
-    return Vector(columns, names, bounds, constant_at, size, norm_bound, qplan)
+    cplan = None
+    if clipping_share is not None:
+        if qplan is not None:
+            check_shares(owner, share, clipping_share)
+        cplan = plan_clipping_report(epsilon * clipping_share, max_rows_per_unit=max_rows_per_unit,
+                                     neighbors=neighbors)
+    return Vector(columns, names, bounds, constant_at, size, norm_bound, qplan, cplan)
 
 
 def mechanism_budget(vec: Vector, epsilon: float) -> float:
-    """The ε the mechanism is calibrated to: all of it, or what ``norm_bound="auto"`` leaves."""
-    return epsilon if vec.quantile is None else epsilon - vec.quantile.epsilon
+    """The ε the mechanism is calibrated to: what ``norm_bound="auto"`` and the clipping report leave."""
+    return (epsilon - (0.0 if vec.quantile is None else vec.quantile.epsilon)
+            - (0.0 if vec.clipping is None else vec.clipping.epsilon))
 
 
 def auto_privacy(plan_for: Callable[[float], MechanismPlan], epsilon: float, vec: Vector) -> dict:
@@ -195,6 +214,8 @@ class Prepared:
             more["bounds"] = {c: list(b) for c, b in vec.bounds.items()}
         if vec.quantile is not None:
             more["norm_bound_auto"] = {"share": vec.quantile.epsilon / self.epsilon, "quantile": vec.quantile.alpha}
+        if vec.clipping is not None:
+            more["clipping_report"] = {"share": vec.clipping.epsilon / self.epsilon}
         return {
             "dataset_id": session.dataset_id, "task": task, "mechanism": self.mechanism, "columns": columns,
             "dimension": d, "params": params, "epsilon": self.epsilon, "delta": self.delta,
@@ -231,19 +252,25 @@ class Prepared:
 
 def prepare(owner, df, columns, dimension, *, constant_at, mechanism, allowed, epsilon, delta, norm_bound, bounds,
             neighbors, postprocess, nonfinite, max_rows_per_unit, privacy_unit, share, quantile, what="column",
-            **mech_kw) -> Prepared:
+            clipping=False, clipping_share=DEFAULT_CLIPPING_SHARE, **mech_kw) -> Prepared:
     """The validation and planning the three family functions share (ConfigError/SchemaError, nothing charged)."""
-    epsilon, delta, norm_bound, max_rows_per_unit, bounds, share, quantile = _check_common(
+    epsilon, delta, norm_bound, max_rows_per_unit, bounds, share, quantile, clipping_share = _check_common(
         owner, epsilon, delta, norm_bound, neighbors, postprocess, nonfinite, max_rows_per_unit, privacy_unit,
-        bounds, share, quantile)
+        bounds, share, quantile, clipping, clipping_share)
     V.check_option("mechanism", mechanism, allowed, owner=owner)
     vec = vector(owner, df, columns, dimension, bounds=bounds, norm_bound=norm_bound, constant_at=constant_at,
                  epsilon=epsilon, share=share, quantile=quantile, max_rows_per_unit=max_rows_per_unit,
-                 neighbors=neighbors, what=what)
-    plan_for = bound_planner(mechanism, size=vec.size, epsilon=epsilon, quantile=vec.quantile, owner=owner,
-                             delta=delta, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit,
+                 neighbors=neighbors, what=what, clipping_share=clipping_share)
+    reserved = 0.0 if vec.clipping is None else vec.clipping.epsilon  # the quantile's share: bound_planner's
+    plan_for = bound_planner(mechanism, size=vec.size, epsilon=epsilon - reserved, quantile=vec.quantile,
+                             owner=owner, delta=delta, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit,
                              postprocess=postprocess, **mech_kw)
-    params = plan_for(1.0 if vec.quantile is not None else float(vec.norm_bound)).params
+    plan = plan_for(1.0 if vec.quantile is not None else float(vec.norm_bound))
+    if vec.clipping is not None and not plan.needs_gram:
+        raise ConfigError(f"The 'clipping_report' parameter of {owner} needs the Gram pass, which counts the "
+                          f"clipped rows; mechanism {mechanism!r} with projection 'rows' projects the rows instead. "
+                          "Use projection 'gram' (the same release distribution).")
+    params = plan.params
     return Prepared(owner, mechanism, epsilon, delta, vec, plan_for, params, neighbors, postprocess, nonfinite,
                     privacy_unit, max_rows_per_unit)
 

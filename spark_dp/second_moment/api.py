@@ -40,15 +40,18 @@ from spark_dp.release.lineage import input_lineage
 from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, run_release
 from spark_dp.release.uncertainty import Uncertainty
 from spark_dp.second_moment._prepare import (  # noqa: F401 - the defaults are re-exported (config tasks, docs)
+    DEFAULT_CLIPPING_SHARE,
     DEFAULT_NORM_BOUND_QUANTILE,
     DEFAULT_NORM_BOUND_SHARE,
     REGRESSION_NORM_BOUND_QUANTILE,
     Prepared,
     auto_privacy,
+    mechanism_budget,
     prepare,
 )
 from spark_dp.second_moment._registry import MechanismPlan
 from spark_dp.second_moment._scaling import Scaling
+from spark_dp.second_moment.clipping import release_clipping
 from spark_dp.second_moment.intervals import regression_bootstrap
 from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the API's names for the registry
     MECHANISMS,
@@ -72,7 +75,8 @@ if TYPE_CHECKING:
 _SHARED = {name: name for name in (
     "mechanism", "epsilon", "delta", "norm_bound", "neighbors", "postprocess", "nonfinite", "max_rows_per_unit",
     "privacy_unit", "projection_rows", "dof", "public_n", "prior_dof", "calibration", "row_ids", "projection")}
-_SHARED.update(norm_bound_share="share", norm_bound_quantile="quantile")
+_SHARED.update(norm_bound_share="share", norm_bound_quantile="quantile", clipping_report="clipping",
+               clipping_report_share="clipping_share")
 
 
 def _shared(args: dict[str, Any]) -> dict[str, Any]:
@@ -98,9 +102,10 @@ def _release(
     vec, plan_for = prep.vec, prep.plan_for
     nonfinite, privacy_unit, max_rows_per_unit = prep.nonfinite, prep.privacy_unit, prep.max_rows_per_unit
     plan = plan_for(1.0 if vec.quantile is not None else float(vec.norm_bound))
+    count = vec.clipping is not None  # the clipping report's counts come from the Gram job itself
 
     def exact(norm_bound: float):
-        affine = vec.affine(norm_bound)
+        affine = vec.affine(norm_bound, flag=count)
         if not plan.needs_gram:
             from spark_dp.aggregates.jl import jl_projection
 
@@ -122,9 +127,11 @@ def _release(
             # (skips the JVM -> Arrow conversion; docs/benchmarks.md).
             return gram_matrix_parquet(paths, vec.columns, norm_bound=norm_bound, nonfinite=nonfinite,
                                        dimension=dimension, privacy_unit=privacy_unit,
-                                       max_rows_per_unit=max_rows_per_unit, spark=df.sparkSession)
+                                       max_rows_per_unit=max_rows_per_unit, spark=df.sparkSession,
+                                       count_clipped=count)
         return gram_matrix(df, vec.columns, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,
-                           privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, affine=affine)
+                           privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, affine=affine,
+                           count_clipped=count)
 
     def compute():
         if vec.quantile is None:
@@ -135,26 +142,40 @@ def _release(
         return norm_counts(df, vec.columns, vec.grid(), nonfinite=nonfinite, dimension=dimension,
                            privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, affine=vec.affine(None))
 
+    def noised_with_report(summary, cp: Chokepoint, norm_bound: float, chosen: MechanismPlan) -> Noised:
+        """The mechanism's release and, with the clipping report, its counts noised after it (same release)."""
+        if not count:
+            return finish(chosen.noise(summary, cp), norm_bound, chosen)
+        summary, counts = summary
+        noised = finish(chosen.noise(summary, cp), norm_bound, chosen)
+        assert vec.clipping is not None
+        arrays, uncertainty = release_clipping(cp, vec.clipping, counts, confidence_of(request))
+        return Noised({**noised.arrays, **arrays}, {**noised.manifest, "clipping_report": {
+            **vec.clipping.manifest(), "norm_bound": norm_bound}}, {**noised.uncertainty, **uncertainty})
+
     def noise(summary, cp: Chokepoint) -> Noised:
         if vec.quantile is None:
-            return finish(plan.noise(summary, cp), float(vec.norm_bound), plan)
+            return noised_with_report(summary, cp, float(vec.norm_bound), plan)
         chosen_q = private_quantile(cp, vec.quantile, summary, vec.grid())
         norm_bound = vec.bound_from_quantile(chosen_q)
         chosen = plan_for(norm_bound)
         if list(chosen.events) != list(plan.events):
             raise RuntimeError("bug: the mechanism's events changed with the chosen norm bound")
-        noised = finish(chosen.noise(exact(norm_bound), cp), norm_bound, chosen)
+        noised = noised_with_report(exact(norm_bound), cp, norm_bound, chosen)
         stated = {k: chosen.privacy[k] for k in ("noise_scale", "noise_sigma", "sensitivity") if k in chosen.privacy}
         return Noised(noised.arrays, {**noised.manifest, "norm_bound_auto": {
             **vec.quantile.manifest(), **({"grid": "2^(j/4) in [sqrt(d)/256, sqrt(d)], and sqrt(d) (every column "
                                           "bounded: no row norm exceeds sqrt(d))"} if vec.fully_bounded else {}),
-            "selected_quantile": chosen_q, "norm_bound": norm_bound, **stated}})
+            "selected_quantile": chosen_q, "norm_bound": norm_bound, **stated}}, noised.uncertainty)
 
     privacy = {**plan.privacy, "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit}
     if vec.quantile is not None:
         privacy = {**auto_privacy(plan_for, request["epsilon"], vec), "privacy_unit": privacy_unit or "row",
                    "max_rows_per_unit": max_rows_per_unit}
-    events = tuple(release_events(plan_for, vec.norm_bound, vec.quantile))
+    if vec.clipping is not None:  # the budget split, stated
+        privacy = {**privacy, "epsilon": request["epsilon"], "mechanism_epsilon": mechanism_budget(vec, request["epsilon"]),
+                   "clipping_report_epsilon": vec.clipping.epsilon}
+    events = tuple(release_events(plan_for, vec.norm_bound, vec.quantile, vec.clipping))
     return run_release(session, ReleasePlan(
         task=task, mechanism=plan.mechanism, release_id=release_id, request=request, events=events,
         budget=Budget(request["epsilon"], request["delta"]), compute=compute, noise=noise, privacy=privacy,
@@ -191,6 +212,8 @@ def second_moment(
     source_paths: Sequence[str] | None = None,
     norm_bound_share: float = DEFAULT_NORM_BOUND_SHARE,
     norm_bound_quantile: float = DEFAULT_NORM_BOUND_QUANTILE,
+    clipping_report: bool = False,
+    clipping_report_share: float = DEFAULT_CLIPPING_SHARE,
 ) -> Release:
     """Releases a private AᵀA of the rows of ``df[columns]``.
 
@@ -264,6 +287,18 @@ def second_moment(
             (default 0.1).
         norm_bound_quantile: the quantile of the row norms it targets
             (default 0.95; rows above it are clipped).
+        clipping_report: also release, privately, how many rows were
+            clipped — a value clamped to its ``bounds`` or the row's norm
+            above B (opt-in, default False): arrays ``clipping_counts``
+            ([clipped rows, rows], Laplace noise) and ``clipped_fraction``
+            (their ratio), with intervals, counted in the same Spark job as
+            the matrix. Its own Laplace event of the same release at
+            ε·``clipping_report_share``; the mechanism gets the rest
+            (manifest ``privacy.mechanism_epsilon`` and
+            ``clipping_report_epsilon``). Sensitivity and neighbours:
+            :mod:`spark_dp.second_moment.clipping`. Not for ``jl_ridge`` with
+            ``projection="rows"``.
+        clipping_report_share: its share of ε (default 0.05).
 
     Returns:
         A :class:`Release` with array ``matrix`` of shape (d, d) (in the
@@ -316,6 +351,8 @@ def linear_regression(
     source_paths: Sequence[str] | None = None,
     norm_bound_share: float = DEFAULT_NORM_BOUND_SHARE,
     norm_bound_quantile: float = REGRESSION_NORM_BOUND_QUANTILE,
+    clipping_report: bool = False,
+    clipping_report_share: float = DEFAULT_CLIPPING_SHARE,
 ) -> Release:
     """Private OLS/ridge coefficients of ``label`` on ``columns``, with an intercept by default.
 
@@ -460,6 +497,8 @@ def pca(
     source_paths: Sequence[str] | None = None,
     norm_bound_share: float = DEFAULT_NORM_BOUND_SHARE,
     norm_bound_quantile: float = DEFAULT_NORM_BOUND_QUANTILE,
+    clipping_report: bool = False,
+    clipping_report_share: float = DEFAULT_CLIPPING_SHARE,
 ) -> Release:
     """Top-k principal components of the private second-moment matrix.
 
