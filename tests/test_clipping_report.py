@@ -223,26 +223,38 @@ def test_bad_requests_fail_before_any_charge(data, tmp_path, over, needle):
     assert s.budget() is None or s.budget().releases == 0
 
 
-def test_config_plans_the_same_events_as_the_api(tmp_path, monkeypatch):
+def shipped_regression_config(tmp_path, monkeypatch) -> dict:
+    """conf/linear_regression_analyze_gauss.yaml as a dict, run from a directory holding the example data."""
     import os
 
     import yaml
 
-    from spark_dp.cli.config import JobConfig, _Loader
+    from spark_dp.cli.config import _Loader
     from spark_dp.cli.example_data import write_example_data
-    from spark_dp.cli.tasks import tasks
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     write_example_data(str(tmp_path / "data"))
     monkeypatch.chdir(tmp_path)
     with open(os.path.join(root, "conf", "linear_regression_analyze_gauss.yaml")) as fh:
-        raw = yaml.load(fh, Loader=_Loader)
-    raw["params"] = {**(raw.get("params") or {}), "clipping_report": True, "clipping_report_share": 0.2}
+        return yaml.load(fh, Loader=_Loader)
+
+
+def planned_events(raw: dict):
+    """The events the linear_regression task plans for the config ``raw`` (and the config)."""
+    from spark_dp.cli.config import JobConfig
+    from spark_dp.cli.tasks import tasks
+
     config = JobConfig.from_dict(raw)
-    events = tasks()["linear_regression"].plan(config)
+    return tasks()["linear_regression"].plan(config), config
+
+
+def test_config_plans_the_same_events_as_the_api(tmp_path, monkeypatch):
+    raw = shipped_regression_config(tmp_path, monkeypatch)
+    raw["params"] = {**(raw.get("params") or {}), "clipping_report": True, "clipping_report_share": 0.2}
+    events, config = planned_events(raw)
     assert [e.kind for e in events] == ["gaussian", "laplace"]
     assert events[1].noise_multiplier == pytest.approx(1 / (0.2 * config.privacy.epsilon))
     raw["params"].update(norm_bound_share=0.5, clipping_report_share=0.5)
     raw["privacy"] = {**raw["privacy"], "norm_bound": "auto"}
     with pytest.raises(ConfigError, match="clipping_report_share"):
-        tasks()["linear_regression"].plan(JobConfig.from_dict(raw))
+        planned_events(raw)

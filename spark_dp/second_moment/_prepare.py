@@ -14,6 +14,7 @@ No Spark job: the schema is read, nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from spark_dp import params as P
 from spark_dp.aggregates import vector_dimension
 from spark_dp.aggregates._vectors import Affine
 from spark_dp.errors import ConfigError
-from spark_dp.privacy.quantile import NORM_GRID, QuantilePlan, plan_quantile
+from spark_dp.privacy.quantile import NORM_GRID, BoundsPlan, QuantilePlan, plan_quantile
 from spark_dp.release.pipeline import confidence_request
 from spark_dp.release.uncertainty import Uncertainty, gaussian_interval
 from spark_dp.second_moment._registry import MechanismPlan
@@ -49,6 +50,7 @@ DEFAULT_NORM_BOUND_QUANTILE = 0.95
 #: (docs/accuracy.md: the median is within 1.1x of the best hand-chosen bound on the worked example).
 REGRESSION_NORM_BOUND_QUANTILE = 0.5
 DEFAULT_CLIPPING_SHARE = CLIPPING_SHARE  # the clipping report's share of ε (spark_dp.second_moment.clipping)
+DEFAULT_BOUNDS_SHARE = 0.1  # bounds="auto": the share of ε of all the columns' private bounds
 
 
 def _check_common(owner, epsilon, delta, norm_bound, neighbors, postprocess, nonfinite, max_rows_per_unit, privacy_unit,
@@ -86,6 +88,11 @@ class Vector:
     norm_bound: float | str
     quantile: QuantilePlan | None = None
     clipping: ClippingPlan | None = None
+    auto_bounds: BoundsPlan | None = None
+
+    def with_bounds(self, bounds: dict[str, tuple[float, float]]) -> Vector:
+        """The vector with the bounds ``bounds="auto"`` chose (after the charge)."""
+        return dataclasses.replace(self, bounds=bounds)
 
     @property
     def scaled(self) -> bool:
@@ -130,12 +137,21 @@ class Vector:
 
 
 def vector(owner: str, df: DataFrame, columns, dimension, *, bounds, norm_bound, constant_at, epsilon, share,
-           quantile, max_rows_per_unit, neighbors, what: str = "column", clipping_share: float | None = None) -> Vector:
+           quantile, max_rows_per_unit, neighbors, what: str = "column", clipping_share: float | None = None,
+           bounds_share: float = DEFAULT_BOUNDS_SHARE) -> Vector:
     """Validates the vector's definition against the schema (no Spark job), plans ``norm_bound="auto"`` and the
     clipping report (``clipping_share``: its share of ε, None without one).
     """
     names = (columns,) if isinstance(columns, str) else tuple(columns)
     d = vector_dimension(df, columns, dimension)  # schema check, no Spark job
+    bplan = None
+    if bounds == "auto":
+        if norm_bound == "auto":
+            raise ConfigError(f"The 'norm_bound' parameter of {owner} may not be 'auto' with bounds 'auto' (every "
+                              "column is then bounded: omit it, B = sqrt(d), or give a number).")
+        check_shares(owner, clipping_share or 0.0, bounds_share, what="bounds_share", other="clipping_report_share")
+        bplan = BoundsPlan(epsilon * bounds_share, names, max_rows_per_unit, neighbors)
+        bounds = {c: (-1.0, 1.0) for c in names}  # placeholders: the structure is public, the values chosen later
     if bounds is not None:
         unknown = [c for c in bounds if c not in names]
         if unknown:
@@ -159,13 +175,20 @@ def vector(owner: str, df: DataFrame, columns, dimension, *, bounds, norm_bound,
             check_shares(owner, share, clipping_share)
         cplan = plan_clipping_report(epsilon * clipping_share, max_rows_per_unit=max_rows_per_unit,
                                      neighbors=neighbors)
-    return Vector(columns, names, bounds, constant_at, size, norm_bound, qplan, cplan)
+    return Vector(columns, names, bounds, constant_at, size, norm_bound, qplan, cplan, bplan)
 
 
 def mechanism_budget(vec: Vector, epsilon: float) -> float:
-    """The ε the mechanism is calibrated to: what ``norm_bound="auto"`` and the clipping report leave."""
-    return (epsilon - (0.0 if vec.quantile is None else vec.quantile.epsilon)
-            - (0.0 if vec.clipping is None else vec.clipping.epsilon))
+    """The ε the mechanism is calibrated to: what ``norm_bound="auto"``, ``bounds="auto"`` and the clipping report
+    leave.
+    """
+    return epsilon - (0.0 if vec.quantile is None else vec.quantile.epsilon) - reserved_budget(vec)
+
+
+def reserved_budget(vec: Vector) -> float:
+    """The ε taken before ``bound_planner`` (which subtracts the norm quantile's): the report's and the bounds'."""
+    return ((0.0 if vec.clipping is None else vec.clipping.epsilon)
+            + (0.0 if vec.auto_bounds is None else vec.auto_bounds.epsilon))
 
 
 def auto_privacy(plan_for: Callable[[float], MechanismPlan], epsilon: float, vec: Vector) -> dict:
@@ -210,7 +233,10 @@ class Prepared:
         more = {**more, **confidence_request(P.check("confidence", confidence, owner=self.owner))}
         # Fields added by issue #14 enter the request only when used, so older requests keep their digest.
         vec = self.vec
-        if vec.bounds is not None:
+        if vec.auto_bounds is not None:
+            more["bounds"] = "auto"
+            more["bounds_auto"] = {"share": vec.auto_bounds.epsilon / self.epsilon}
+        elif vec.bounds is not None:
             more["bounds"] = {c: list(b) for c, b in vec.bounds.items()}
         if vec.quantile is not None:
             more["norm_bound_auto"] = {"share": vec.quantile.epsilon / self.epsilon, "quantile": vec.quantile.alpha}
@@ -233,6 +259,8 @@ class Prepared:
             more["scaling"] = vec.scaling(1.0 if isinstance(norm_bound, str) else norm_bound).manifest()
             if vec.bounds is None:
                 more["scaling"]["constant_column"]["value"] = "B/sqrt(d)"
+            if vec.auto_bounds is not None:
+                more["scaling"]["bounds"] = "auto: chosen privately, see bounds_auto"
         return {"columns": columns, "params": params, "policies": {
             "nonfinite": self.nonfinite if vec.bounds is None else
             f"{self.nonfinite} (with bounds: NaN/inf/null are not clamped; 'zero' sets the scaled entry to the "
@@ -252,17 +280,19 @@ class Prepared:
 
 def prepare(owner, df, columns, dimension, *, constant_at, mechanism, allowed, epsilon, delta, norm_bound, bounds,
             neighbors, postprocess, nonfinite, max_rows_per_unit, privacy_unit, share, quantile, what="column",
-            clipping=False, clipping_share=DEFAULT_CLIPPING_SHARE, **mech_kw) -> Prepared:
+            clipping=False, clipping_share=DEFAULT_CLIPPING_SHARE, bounds_share=DEFAULT_BOUNDS_SHARE,
+            **mech_kw) -> Prepared:
     """The validation and planning the three family functions share (ConfigError/SchemaError, nothing charged)."""
     epsilon, delta, norm_bound, max_rows_per_unit, bounds, share, quantile, clipping_share = _check_common(
         owner, epsilon, delta, norm_bound, neighbors, postprocess, nonfinite, max_rows_per_unit, privacy_unit,
         bounds, share, quantile, clipping, clipping_share)
+    bounds_share = P.check("bounds_share", bounds_share, owner=owner)
     V.check_option("mechanism", mechanism, allowed, owner=owner)
     vec = vector(owner, df, columns, dimension, bounds=bounds, norm_bound=norm_bound, constant_at=constant_at,
                  epsilon=epsilon, share=share, quantile=quantile, max_rows_per_unit=max_rows_per_unit,
-                 neighbors=neighbors, what=what, clipping_share=clipping_share)
-    reserved = 0.0 if vec.clipping is None else vec.clipping.epsilon  # the quantile's share: bound_planner's
-    plan_for = bound_planner(mechanism, size=vec.size, epsilon=epsilon - reserved, quantile=vec.quantile,
+                 neighbors=neighbors, what=what, clipping_share=clipping_share, bounds_share=bounds_share)
+    # the quantile's share is subtracted by bound_planner, the others here
+    plan_for = bound_planner(mechanism, size=vec.size, epsilon=epsilon - reserved_budget(vec), quantile=vec.quantile,
                              owner=owner, delta=delta, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit,
                              postprocess=postprocess, **mech_kw)
     plan = plan_for(1.0 if vec.quantile is not None else float(vec.norm_bound))

@@ -19,6 +19,7 @@ mean k·B²·I; JL and inverse-Wishart subtract the ridge w²·I.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -32,19 +33,22 @@ from spark_dp import params as P
 from spark_dp.aggregates import gram_matrix
 from spark_dp.aggregates._scan import choose_source_paths
 from spark_dp.aggregates.gram import gram_matrix_parquet
+from spark_dp.aggregates.norms import value_counts
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Budget, Chokepoint
-from spark_dp.privacy.quantile import private_quantile
+from spark_dp.privacy.quantile import VALUE_GRID, private_bounds, private_quantile
 from spark_dp.release import Release
 from spark_dp.release.lineage import input_lineage
 from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, run_release
 from spark_dp.release.uncertainty import Uncertainty
 from spark_dp.second_moment._prepare import (  # noqa: F401 - the defaults are re-exported (config tasks, docs)
+    DEFAULT_BOUNDS_SHARE,
     DEFAULT_CLIPPING_SHARE,
     DEFAULT_NORM_BOUND_QUANTILE,
     DEFAULT_NORM_BOUND_SHARE,
     REGRESSION_NORM_BOUND_QUANTILE,
     Prepared,
+    Vector,
     auto_privacy,
     mechanism_budget,
     prepare,
@@ -76,7 +80,7 @@ _SHARED = {name: name for name in (
     "mechanism", "epsilon", "delta", "norm_bound", "neighbors", "postprocess", "nonfinite", "max_rows_per_unit",
     "privacy_unit", "projection_rows", "dof", "public_n", "prior_dof", "calibration", "row_ids", "projection")}
 _SHARED.update(norm_bound_share="share", norm_bound_quantile="quantile", clipping_report="clipping",
-               clipping_report_share="clipping_share")
+               clipping_report_share="clipping_share", bounds_share="bounds_share")
 
 
 def _shared(args: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +97,7 @@ def _prepare_matrix(owner: str, df: DataFrame, columns, dimension, bounds, **kw:
 
 def _release(
     session: DPSession, df: DataFrame, prep: Prepared, *, task: str, request: dict,
-    finish: Callable[[Any, float, MechanismPlan], Noised], release_id, dimension, config_sha256, extra: dict,
+    finish: Callable[[Any, float, MechanismPlan, Prepared], Noised], release_id, dimension, config_sha256, extra: dict,
     source_paths: Sequence[str] | None = None,
 ) -> Release:
     """Runs the prepared release: the exact summary (a Gram pass, the JL projection, or with ``auto`` the
@@ -104,7 +108,7 @@ def _release(
     plan = plan_for(1.0 if vec.quantile is not None else float(vec.norm_bound))
     count = vec.clipping is not None  # the clipping report's counts come from the Gram job itself
 
-    def exact(norm_bound: float):
+    def exact(norm_bound: float, vec: Vector = vec):
         affine = vec.affine(norm_bound, flag=count)
         if not plan.needs_gram:
             from spark_dp.aggregates.jl import jl_projection
@@ -134,6 +138,11 @@ def _release(
                            count_clipped=count)
 
     def compute():
+        if vec.auto_bounds is not None:
+            # bounds="auto": the exact per-column value histograms now; the bounds, the Gram pass and the noise
+            # after the charge.
+            return value_counts(df, vec.names, VALUE_GRID, privacy_unit=privacy_unit,
+                                max_rows_per_unit=max_rows_per_unit)
         if vec.quantile is None:
             return exact(float(vec.norm_bound))
         # norm_bound="auto": the exact row-norm histogram now; B, the Gram pass and the noise after the charge.
@@ -142,18 +151,28 @@ def _release(
         return norm_counts(df, vec.columns, vec.grid(), nonfinite=nonfinite, dimension=dimension,
                            privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, affine=vec.affine(None))
 
-    def noised_with_report(summary, cp: Chokepoint, norm_bound: float, chosen: MechanismPlan) -> Noised:
+    def noised_with_report(summary, cp: Chokepoint, norm_bound: float, chosen: MechanismPlan,
+                           prep: Prepared = prep) -> Noised:
         """The mechanism's release and, with the clipping report, its counts noised after it (same release)."""
         if not count:
-            return finish(chosen.noise(summary, cp), norm_bound, chosen)
+            return finish(chosen.noise(summary, cp), norm_bound, chosen, prep)
         summary, counts = summary
-        noised = finish(chosen.noise(summary, cp), norm_bound, chosen)
+        noised = finish(chosen.noise(summary, cp), norm_bound, chosen, prep)
         assert vec.clipping is not None
         arrays, uncertainty = release_clipping(cp, vec.clipping, counts, confidence_of(request))
         return Noised({**noised.arrays, **arrays}, {**noised.manifest, "clipping_report": {
             **vec.clipping.manifest(), "norm_bound": norm_bound}}, {**noised.uncertainty, **uncertainty})
 
     def noise(summary, cp: Chokepoint) -> Noised:
+        if vec.auto_bounds is not None:
+            chosen_bounds = private_bounds(cp, vec.auto_bounds, summary)
+            norm_bound = float(vec.norm_bound)
+            chosen_vec = vec.with_bounds(chosen_bounds)
+            noised = noised_with_report(exact(norm_bound, chosen_vec), cp, norm_bound, plan,
+                                        dataclasses.replace(prep, vec=chosen_vec))
+            return Noised(noised.arrays, {**noised.manifest, "scaling": chosen_vec.scaling(norm_bound).manifest(),
+                                          "bounds_auto": {**vec.auto_bounds.manifest(), "bounds": {
+                                              c: list(b) for c, b in chosen_bounds.items()}}}, noised.uncertainty)
         if vec.quantile is None:
             return noised_with_report(summary, cp, float(vec.norm_bound), plan)
         chosen_q = private_quantile(cp, vec.quantile, summary, vec.grid())
@@ -172,10 +191,11 @@ def _release(
     if vec.quantile is not None:
         privacy = {**auto_privacy(plan_for, request["epsilon"], vec), "privacy_unit": privacy_unit or "row",
                    "max_rows_per_unit": max_rows_per_unit}
-    if vec.clipping is not None:  # the budget split, stated
+    if vec.clipping is not None or vec.auto_bounds is not None:  # the budget split, stated
         privacy = {**privacy, "epsilon": request["epsilon"], "mechanism_epsilon": mechanism_budget(vec, request["epsilon"]),
-                   "clipping_report_epsilon": vec.clipping.epsilon}
-    events = tuple(release_events(plan_for, vec.norm_bound, vec.quantile, vec.clipping))
+                   **({} if vec.clipping is None else {"clipping_report_epsilon": vec.clipping.epsilon}),
+                   **({} if vec.auto_bounds is None else {"bounds_epsilon": vec.auto_bounds.epsilon})}
+    events = tuple(release_events(plan_for, vec.norm_bound, vec.quantile, vec.clipping, vec.auto_bounds))
     return run_release(session, ReleasePlan(
         task=task, mechanism=plan.mechanism, release_id=release_id, request=request, events=events,
         budget=Budget(request["epsilon"], request["delta"]), compute=compute, noise=noise, privacy=privacy,
@@ -192,7 +212,7 @@ def second_moment(
     delta: float,
     norm_bound: float | str | None = None,
     mechanism: str = "analyze_gauss",
-    bounds: dict[str, tuple[float, float]] | None = None,
+    bounds: dict[str, tuple[float, float]] | str | None = None,
     release_id: str | None = None,
     confidence: float = 0.95,
     neighbors: str = "add_remove",
@@ -214,6 +234,7 @@ def second_moment(
     norm_bound_quantile: float = DEFAULT_NORM_BOUND_QUANTILE,
     clipping_report: bool = False,
     clipping_report_share: float = DEFAULT_CLIPPING_SHARE,
+    bounds_share: float = DEFAULT_BOUNDS_SHARE,
 ) -> Release:
     """Releases a private AᵀA of the rows of ``df[columns]``.
 
@@ -299,6 +320,19 @@ def second_moment(
             :mod:`spark_dp.second_moment.clipping`. Not for ``jl_ridge`` with
             ``projection="rows"``.
         clipping_report_share: its share of ε (default 0.05).
+        bounds_share: with ``bounds="auto"`` (opt-in), each column's bounds
+            are chosen privately from the data instead: its 0.05 and 0.95
+            quantiles, each by the exponential mechanism over the public
+            grid −2^(j/4), 0, 2^(j/4) (j = −80 … 160; Smith 2011, OpenDP's
+            quantile scores and noisy max; a public penalty per grid step
+            outwards, :func:`spark_dp.privacy.quantile.private_bounds`) at
+            ε·``bounds_share``/(2d), all
+            2d charged as one (ε·``bounds_share``, 0) event of the same
+            release (basic composition of pure DP; the mechanism gets the
+            rest). Every column is then bounded, so ``norm_bound`` may be
+            omitted (B = √d; not ``"auto"``). The manifest's ``bounds_auto``
+            states the chosen bounds. One more pass over the data (the
+            per-column value histograms). Default share 0.1.
 
     Returns:
         A :class:`Release` with array ``matrix`` of shape (d, d) (in the
@@ -310,7 +344,7 @@ def second_moment(
     request = prep.request(session, "second_moment", columns, prep.d, params=prep.params, confidence=confidence,
                            config_sha256=config_sha256)
 
-    def finish(matrix, norm_bound: float, plan: MechanismPlan) -> Noised:
+    def finish(matrix, norm_bound: float, plan: MechanismPlan, prep: Prepared) -> Noised:
         matrix = prep.data_matrix(matrix, norm_bound)
         return Noised({"matrix": matrix},
                       uncertainty=prep.data_matrix_uncertainty(plan, matrix, norm_bound, confidence_of(request)))
@@ -331,7 +365,7 @@ def linear_regression(
     norm_bound: float | str | None = None,
     mechanism: str = "analyze_gauss",
     ridge: float = 0.0,
-    bounds: dict[str, tuple[float, float]] | None = None,
+    bounds: dict[str, tuple[float, float]] | str | None = None,
     fit_intercept: bool = True,
     release_id: str | None = None,
     confidence: float = 0.95,
@@ -353,6 +387,7 @@ def linear_regression(
     norm_bound_quantile: float = REGRESSION_NORM_BOUND_QUANTILE,
     clipping_report: bool = False,
     clipping_report_share: float = DEFAULT_CLIPPING_SHARE,
+    bounds_share: float = DEFAULT_BOUNDS_SHARE,
 ) -> Release:
     """Private OLS/ridge coefficients of ``label`` on ``columns``, with an intercept by default.
 
@@ -424,7 +459,8 @@ def linear_regression(
     request = prep.request(session, "linear_regression", columns, p + 1, params=params, confidence=confidence,
                            config_sha256=config_sha256, **more)
 
-    def finish(result, norm_bound: float, plan: MechanismPlan) -> Noised:
+    def finish(result, norm_bound: float, plan: MechanismPlan, prep: Prepared) -> Noised:
+        vec = prep.vec
         scaling = vec.scaling(norm_bound)
         label_at = vec.size - 1
 
@@ -477,7 +513,7 @@ def pca(
     delta: float,
     norm_bound: float | str | None = None,
     mechanism: str = "analyze_gauss",
-    bounds: dict[str, tuple[float, float]] | None = None,
+    bounds: dict[str, tuple[float, float]] | str | None = None,
     release_id: str | None = None,
     confidence: float = 0.95,
     neighbors: str = "add_remove",
@@ -499,6 +535,7 @@ def pca(
     norm_bound_quantile: float = DEFAULT_NORM_BOUND_QUANTILE,
     clipping_report: bool = False,
     clipping_report_share: float = DEFAULT_CLIPPING_SHARE,
+    bounds_share: float = DEFAULT_BOUNDS_SHARE,
 ) -> Release:
     """Top-k principal components of the private second-moment matrix.
 
@@ -520,7 +557,7 @@ def pca(
     request = prep.request(session, "pca", columns, prep.d, params=params, confidence=confidence,
                            config_sha256=config_sha256)
 
-    def finish(matrix, norm_bound: float, plan: MechanismPlan) -> Noised:
+    def finish(matrix, norm_bound: float, plan: MechanismPlan, prep: Prepared) -> Noised:
         matrix = prep.data_matrix(matrix, norm_bound)
         vals, vecs = principal_components(matrix, k)
         level = confidence_of(request)

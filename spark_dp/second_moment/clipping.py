@@ -91,11 +91,12 @@ class ClippingPlan:
                 "epsilon": self.epsilon, "l1_sensitivity": self.sensitivity, "laplace_scale": self.scale}
 
 
-def check_shares(owner: str, norm_bound_share: float, clipping_share: float) -> None:
-    """ConfigError unless the shares of ``norm_bound="auto"`` and of the report leave the mechanism some ε."""
+def check_shares(owner: str, norm_bound_share: float, clipping_share: float, *, what: str = "clipping_report_share",
+                 other: str = "norm_bound_share") -> None:
+    """ConfigError unless two data-dependent steps' shares of ε leave the mechanism some (named ``what``)."""
     if norm_bound_share + clipping_share >= 1.0:
-        raise ConfigError(f"The 'clipping_report_share' parameter of {owner} plus norm_bound_share must be below 1 "
-                          f"(the mechanism needs a share of epsilon). Got {clipping_share!r} + {norm_bound_share!r}.")
+        raise ConfigError(f"The {what!r} parameter of {owner} plus {other} must be below 1 (the mechanism needs a "
+                          f"share of epsilon). Got {clipping_share!r} + {norm_bound_share!r}.")
 
 
 def plan_clipping_report(epsilon: float, *, max_rows_per_unit: int = 1,

@@ -14,7 +14,7 @@ from typing import Any
 from spark_dp import params as P
 from spark_dp.errors import ConfigError
 from spark_dp.params import ROW_IDS
-from spark_dp.privacy.quantile import QuantilePlan
+from spark_dp.privacy.quantile import BoundsPlan, QuantilePlan
 from spark_dp.second_moment._postprocess import POSTPROCESS
 from spark_dp.second_moment._registry import (  # noqa: F401 - default_projection_rows is re-exported
     OPTIONAL_PARAMS,
@@ -128,9 +128,13 @@ def bound_planner(mechanism: str, *, size: int, epsilon: float, quantile: Quanti
 
 
 def release_events(plan_for: Callable[[float], MechanismPlan], norm_bound: float | str,
-                   quantile: QuantilePlan | None, clipping: ClippingPlan | None = None) -> list:
-    """All events of a release: the quantile's (``auto``) first, then the mechanism's, then the clipping report's."""
+                   quantile: QuantilePlan | None, clipping: ClippingPlan | None = None,
+                   bounds: BoundsPlan | None = None) -> list:
+    """All events of a release: ``bounds="auto"``'s and the norm quantile's (``auto``) first, then the
+    mechanism's, then the clipping report's.
+    """
+    first = [] if bounds is None else [bounds.event]
     last = [] if clipping is None else [clipping.event]
     if quantile is None:
-        return [*plan_for(float(norm_bound)).events, *last]
-    return [quantile.event, *plan_for(1.0).events, *last]
+        return [*first, *plan_for(float(norm_bound)).events, *last]
+    return [*first, quantile.event, *plan_for(1.0).events, *last]
