@@ -131,12 +131,20 @@ class OrAuto(Constraint):
 
 @dataclass(frozen=True)
 class Bounds(Constraint):
-    """Public per-column bounds ``{column: (lo, hi)}``: finite numbers with lo < hi, in the data's units."""
+    """Public per-column bounds ``{column: (lo, hi)}``: finite numbers with lo < hi, in the data's units.
 
-    def check(self, name: str, value: Any, *, owner: str) -> dict[str, tuple[float, float]]:
+    ``auto``: the string ``"auto"`` is accepted too (bounds chosen privately from the data).
+    """
+
+    auto: bool = False
+
+    def check(self, name: str, value: Any, *, owner: str) -> dict[str, tuple[float, float]] | str:
+        if self.auto and value == "auto":
+            return "auto"
         if not isinstance(value, dict) or not value:
-            raise ConfigError(f"The {name!r} parameter of {owner} must be a mapping of column names to [lo, hi]. "
-                              f"Got {value!r} instead.")
+            also = " or 'auto'" if self.auto else ""
+            raise ConfigError(f"The {name!r} parameter of {owner} must be a mapping of column names to [lo, hi]"
+                              f"{also}. Got {value!r} instead.")
         out = {}
         for col, pair in value.items():
             ok = isinstance(col, str) and col and isinstance(pair, list | tuple) and len(pair) == 2 and all(
@@ -212,12 +220,15 @@ PARAMS: Constraints = Constraints({
     "public_n": Optional(Int(1)),
     "prior_dof": Optional(Int(1)),
     "ridge": Real(0),
-    "bounds": Optional(Bounds()),
+    "bounds": Optional(Bounds(auto=True)),  # "auto": chosen privately per column (bounds_share of ε)
+    "bounds_share": Real(0, 1, low_open=True, high_open=True),
     "fit_intercept": Bool(),
     # the second-moment family's norm bound: a number, "auto", or None (derived from full bounds)
     "norm_bound_or_auto": Optional(OrAuto(POSITIVE)),
     "norm_bound_share": Real(0, 1, low_open=True, high_open=True),   # ε share of norm_bound="auto"
     "norm_bound_quantile": Real(0, 1, low_open=True, high_open=True),  # the row-norm quantile it targets
+    "clipping_report": Bool(),  # release the private clipping report (opt-in)
+    "clipping_report_share": Real(0, 1, low_open=True, high_open=True),  # its share of the release's ε
     # sketch
     "buckets": Int(1),
     "top": Int(1),

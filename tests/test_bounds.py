@@ -32,13 +32,18 @@ class Zero(SeededSampler):
         return np.asarray(values, dtype=np.float64).copy()
 
 
-@pytest.fixture(scope="module")
-def data(spark):
+def bounded_rows(n: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """[a, b] inside BOUNDS and y = 3 + 2a − b/2 + noise, with row 0's a clamped, row 1's b NaN, row 2's y clamped."""
     rng = np.random.default_rng(4)
-    n = 400
     X = rng.uniform([0, 10], [5, 30], size=(n, 2))
     y = 3 + 2 * X[:, 0] - 0.5 * X[:, 1] + rng.normal(0, 1, n)
     X[0, 0], X[1, 1], y[2] = 50.0, np.nan, -99.0  # out of bounds (clamped), NaN (dropped), label clamped
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def data(spark):
+    X, y = bounded_rows()
     pdf = pd.DataFrame({"a": X[:, 0], "b": X[:, 1], "y": y})
     return spark.createDataFrame(pdf).cache(), X, y
 

@@ -61,6 +61,7 @@ SECOND_MOMENT_BAD = {
     "epsilon": 0.0, "delta": 1.0, "norm_bound": 0.0, "neighbors": "swap", "postprocess": "round",
     "nonfinite": "keep", "max_rows_per_unit": 0, "privacy_unit": 7, "calibration": "classic",
     "row_ids": "random", "projection": "fft", "mechanism": "laplace_magic", "release_id": "../evil",
+    "clipping_report": "yes", "clipping_report_share": 0.0, "bounds_share": 0.0,
 }
 SECOND_MOMENT_FAMILY_BAD = {
     "second_moment": {"dimension": 0},

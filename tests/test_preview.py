@@ -292,8 +292,21 @@ def test_preview_events_are_ledger_events(frames, tmp_path):
 def test_preview_with_bounds_does_not_claim_the_release_units(frames, tmp_path):
     """With public bounds the release is in the data's units; the scaled-unit prediction must not pass for it."""
     dp = _session(tmp_path)
-    cols = frames.columns[:2]
-    p = dp.preview.second_moment(frames, list(cols), epsilon=1.0, delta=1e-6,
-                                 bounds={c: (-10.0, 10.0) for c in cols})
+    cols = list(frames.columns[:2])
+    p = dp.preview.linear_regression(frames, cols[:1], cols[1], epsilon=1.0, delta=1e-6,
+                                     bounds={c: (-10.0, 10.0) for c in cols})
     assert p.accuracy["predicted"] is False and "bounds" in p.accuracy["why"]
     assert p.accuracy["in_scaled_units"]["predicted"] is True
+
+
+def test_preview_of_a_bounded_second_moment_is_the_release_in_data_units(frames, tmp_path):
+    """The map back is affine entry by entry: the predicted per-entry sd equals the release's (issue #14)."""
+    dp = _session(tmp_path)
+    cols = list(frames.columns[:3])
+    kw = dict(epsilon=1.0, delta=1e-6, bounds={cols[0]: (-10.0, 10.0), cols[1]: (0.0, 500.0), cols[2]: (5.0, 7.0)})
+    p = dp.preview.second_moment(frames, cols, **kw)
+    assert p.accuracy["predicted"] is True and "data's" in p.accuracy["units"]
+    rel = dp.second_moment(frames, cols, **kw)
+    u = rel.uncertainty["matrix"]
+    assert np.allclose(p.accuracy["stderr_matrix"], u.stderr, rtol=1e-9)
+    assert np.allclose(p.accuracy["half_width_matrix"], (u.high - u.low) / 2, rtol=1e-9)

@@ -50,6 +50,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from spark_dp.aggregates._blocks import GramAccumulator
 from spark_dp.aggregates.jl import jl_block_partial
 from spark_dp.privacy import Budget, Chokepoint, NoiseSampler, NumpySampler, SecureSampler, open_ledger
 from spark_dp.second_moment import (
@@ -66,6 +67,7 @@ from spark_dp.second_moment import (
     wishart_plan,
 )
 from spark_dp.second_moment.api import plan_mechanism
+from spark_dp.second_moment.clipping import plan_clipping_report, release_clipping
 from spark_dp.sketch import plan_sketch, release_table
 from spark_dp.sketch.count_sketch import private_count_sketch
 from spark_dp.sketch.dyadic import plan_dyadic
@@ -777,6 +779,50 @@ def rowpass_m4_black(tmp, under):
 
 
 # ---- the table ----------------------------------------------------------------------
+# ---- the clipping report: Laplace on (clipped rows, rows), m = 4 rows per unit --------------------
+M_CLIP = 4
+CLIP_SENS = {"add_remove": 2.0 * M_CLIP, "replace": 2.0 * M_CLIP - 1}  # Δ₁ by hand (clipping.py's docstring)
+
+
+def _clip_counts(rows: np.ndarray) -> np.ndarray:
+    """Exact [clipped, rows] through the Gram kernel's accumulator (norm bound 1; last column: the clamp flag)."""
+    acc = GramAccumulator(2, 1.0, "drop", count_clipped=True, flag_column=True)
+    acc.add(rows)
+    return acc.counts()
+
+
+def clip_white(neighbors):
+    def white(tmp, under):
+        plan = plan_clipping_report(EPS, max_rows_per_unit=M_CLIP, neighbors=neighbors)
+        cp = charged(tmp, [plan.event] * 100, UnderNoised() if under else NumpySampler())
+        noise = [release_clipping(cp, plan, np.zeros(2), 0.95)[0]["clipping_counts"] for _ in range(100)]
+        assert not cp.unused_events
+        return laplace_scale_pvalue(np.concatenate(noise), CLIP_SENS[neighbors] / EPS)
+
+    return white
+
+
+def clip_black(neighbors):
+    """D: base rows and a unit of m clipped rows (flagged, norm above 1); D': without it (add/remove) or with one
+    unclipped row in its place (replace): the counts differ by m + m, or (m − 1) + m."""
+
+    def black(tmp, under):
+        plan = plan_clipping_report(EPS, max_rows_per_unit=M_CLIP, neighbors=neighbors)
+        rng = np.random.default_rng(5)
+        base = np.column_stack([rng.normal(0, 0.8, size=(50, 2)), rng.uniform(size=50) < 0.3]).astype(float)
+        unit = np.tile([2.0, 0.0, 1.0], (M_CLIP, 1))
+        other = np.empty((0, 3)) if neighbors == "add_remove" else np.array([[0.1, 0.1, 0.0]])
+        counts = [_clip_counts(np.vstack([base, unit])), _clip_counts(np.vstack([base, other]))]
+
+        def run(w, cp_for):
+            release_clipping(cp_for([plan.event]), plan, counts[w], 0.95)
+
+        return additive_black_box(run, UnderNoised() if under else NumpySampler(), tmp,
+                                  expected_sensitivity=CLIP_SENS[neighbors])
+
+    return black
+
+
 G1 = "(1, 1e-6)"
 HALF = "sampler at σ/2"
 N3 = f"{N_ADDITIVE:,}"
@@ -848,6 +894,10 @@ ROWS = [
         "sampler at b/2"),
     Row("sketch", "histogram m=4 replace", G1, EPS, DELTA, sketch_white("histogram", "replace"),
         sketch_black("histogram", "replace"), "χ² on 150 bins", N3, HALF),
+    Row("second_moment", "clipping report (Laplace) m=4", "(1, 0)", EPS, 0.0, clip_white("add_remove"),
+        clip_black("add_remove"), "Σ|noise|/b ~ Gamma(n) on 200 counts", N3 + " (LLR statistic)", "sampler at b/2"),
+    Row("second_moment", "clipping report (Laplace) m=4 replace", "(1, 0)", EPS, 0.0, clip_white("replace"),
+        clip_black("replace"), "Σ|noise|/b ~ Gamma(n) on 200 counts", N3 + " (LLR statistic)", "sampler at b/2"),
 ]
 def row_id(r: Row) -> str:
     return f"{r.family}:{r.name}".replace("=", "")  # '=' would break pytest's -k expressions
@@ -870,8 +920,8 @@ def _record(row, **kw):
 
 def test_the_table_covers_every_release_shape():
     names = {(r.family, r.name) for r in ROWS}
-    assert len(names) == len(ROWS) == 30  # JL audited for both projections; 12 rows at m = 4 (sketches: all rows),
-    # 4 of them sketches under replace
+    assert len(names) == len(ROWS) == 32  # JL audited for both projections; 14 rows at m = 4 (sketches: all rows),
+    # 4 of them sketches under replace; the clipping report under both relations
     assert {r.family for r in ROWS} == {"second_moment", "tensor", "sketch"}
 
 

@@ -133,11 +133,22 @@ class GramAccumulator:
         d: the row length.
         norm_bound: B; rows with ‖a‖₂ > B are scaled to norm B.
         nonfinite: ``drop`` or ``zero`` for rows holding NaN/±inf.
+        count_clipped: also count the rows added (``rows``) and those clipped
+            (``clipped``: norm above B, or flagged) for the clipping report.
+        flag_column: blocks have d + 1 columns, the last a flag (> 0: the row
+            had a value clamped to its bounds; not part of the vector).
     """
 
-    def __init__(self, d: int, norm_bound: float, nonfinite: str) -> None:
+    def __init__(self, d: int, norm_bound: float, nonfinite: str, *, count_clipped: bool = False,
+                 flag_column: bool = False) -> None:
         if nonfinite not in ("drop", "zero"):
             raise ValueError(f"unknown non-finite policy {nonfinite!r}")
+        if flag_column and not count_clipped:
+            raise ValueError("bug: a flag column is read only to count clipped rows")
+        self.count_clipped = count_clipped
+        self.flag_column = flag_column
+        self.rows = 0
+        self.clipped = 0
         self.d = d
         self.norm_bound = float(norm_bound)
         self.nonfinite = nonfinite
@@ -149,11 +160,16 @@ class GramAccumulator:
         """Adds the rows of an (n, d) float64 array (C-ordered; may be a read-only view)."""
         if block.dtype != np.float64:
             block = block.astype(np.float64)
+        flags = None
+        if self.flag_column:
+            flags = np.asarray(block[:, self.d])
+            block = block[:, : self.d]
         block = np.ascontiguousarray(block)
         for start in range(0, block.shape[0], self.chunk_rows):
-            self._add_chunk(block[start : start + self.chunk_rows])
+            stop = start + self.chunk_rows
+            self._add_chunk(block[start:stop], None if flags is None else flags[start:stop])
 
-    def _add_chunk(self, x: np.ndarray) -> None:
+    def _add_chunk(self, x: np.ndarray, flags: np.ndarray | None = None) -> None:
         n = x.shape[0]
         if n == 0:
             return
@@ -161,11 +177,16 @@ class GramAccumulator:
         if np.isfinite(sq).all():
             norms = np.sqrt(sq)
         else:
+            if flags is not None and self.nonfinite == "drop":
+                flags = flags[np.isfinite(x).all(axis=1)]  # the rows the policy keeps
             x, norms = self._nonfinite_rows(x, sq)
             n = x.shape[0]
             if n == 0:
                 return
         over = norms > self.norm_bound
+        if self.count_clipped:
+            self.rows += n
+            self.clipped += int(np.count_nonzero(over if flags is None else over | (flags > 0)))
         if over.any():
             factors = np.ones(n)
             factors[over] = self.norm_bound / norms[over]
@@ -199,6 +220,10 @@ class GramAccumulator:
         # A C-ordered (n, d) block is a Fortran-ordered (d, n) matrix: syrk on
         # it with trans=0 gives xᵀx without a copy, added in place (beta=1).
         self._acc = dsyrk(1.0, x.T, beta=1.0, c=self._acc, trans=0, lower=0, overwrite_c=1)
+
+    def counts(self) -> np.ndarray:
+        """[clipped rows, rows] (``count_clipped``)."""
+        return np.array([self.clipped, self.rows], dtype=np.float64)
 
     def upper(self) -> np.ndarray:
         """The accumulated upper triangle (lower triangle zero), C-ordered."""

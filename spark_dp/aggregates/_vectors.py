@@ -68,7 +68,9 @@ def double_array(names: Sequence[str], *, nan_for_null: bool = False, affine: Af
     round trips per column on classic Spark, and d nodes of plan messages on
     Spark Connect). ``nan_for_null``: null values become NaN. ``affine``:
     bounded columns are clamped and scaled, and the constant 1.0 inserted,
-    inside the same expression (:class:`Affine`).
+    inside the same expression (:class:`Affine`); with ``affine.flag`` one
+    more element is appended: 1.0 when a finite value of a bounded column
+    lay outside its bounds (was clamped), else 0.0.
     """
     if nan_for_null:
         items = [f"coalesce(CAST({_quote(c)} AS DOUBLE), CAST('NaN' AS DOUBLE))" for c in names]
@@ -77,9 +79,12 @@ def double_array(names: Sequence[str], *, nan_for_null: bool = False, affine: Af
     if affine is not None:
         if len(affine.bounds) != len(items):
             raise ValueError(f"bug: {len(affine.bounds)} bounds for {len(items)} columns")
+        flags = [_outside(item, b) for item, b in zip(items, affine.bounds, strict=True) if b is not None]
         items = [item if b is None else _scaled(item, b) for item, b in zip(items, affine.bounds, strict=True)]
         if affine.constant_at is not None:
             items.insert(affine.constant_at, _double(affine.constant_value))
+        if affine.flag:
+            items.append(flags[0] if len(flags) == 1 else f"greatest({', '.join(flags)})")
     return F.expr(f"array({', '.join(items)})")
 
 
@@ -94,12 +99,15 @@ class Affine:
     policy sees them exactly as without bounds (``zero`` then sets the scaled
     entry to 0, i.e. the centre of its bounds). ``constant_at``: index at
     which the element ``constant_value`` is inserted (the intercept / shift
-    column); d grows by one.
+    column); d grows by one. ``flag``: a last element 1.0/0.0 says whether
+    the row had a value clamped (the clipping report; it is not part of the
+    vector, and needs a bounded column).
     """
 
     bounds: tuple[tuple[float, float] | None, ...]
     constant_at: int | None = None
     constant_value: float = 1.0
+    flag: bool = False
 
     def __post_init__(self) -> None:
         for b in self.bounds:
@@ -107,15 +115,24 @@ class Affine:
                 raise ValueError(f"bug: bounds must be finite with lo < hi, got {b!r}")
         if self.constant_at is not None and not 0 <= self.constant_at <= len(self.bounds):
             raise ValueError(f"bug: constant_at {self.constant_at} outside 0..{len(self.bounds)}")
+        if self.flag and all(b is None for b in self.bounds):
+            raise ValueError("bug: a clamping flag needs a bounded column")
 
     @property
     def extra(self) -> int:
-        """Elements added to the vector (the constant column)."""
-        return 0 if self.constant_at is None else 1
+        """Elements added to the array: the constant column and the clamping flag."""
+        return (0 if self.constant_at is None else 1) + int(self.flag)
 
 
 def _double(value: float) -> str:
     return f"CAST('{float(value)!r}' AS DOUBLE)"
+
+
+def _outside(item: str, bounds: tuple[float, float]) -> str:
+    """SQL: 1.0 when ``item`` is finite and outside ``bounds`` (it will be clamped), else 0.0 (null/NaN/±inf: 0.0)."""
+    lo, hi = bounds
+    return (f"CASE WHEN {item} IS NULL OR isnan({item}) OR abs({item}) = {_double(math.inf)} THEN {_double(0.0)} "
+            f"WHEN {item} < {_double(lo)} OR {item} > {_double(hi)} THEN {_double(1.0)} ELSE {_double(0.0)} END")
 
 
 def _scaled(item: str, bounds: tuple[float, float]) -> str:
@@ -159,7 +176,8 @@ def vectorize(
             fresh one from OS entropy for this frame. Never log it.
         affine: public per-column bounds and a constant column
             (:class:`Affine`; several numeric columns only); d counts the
-            constant.
+            constant (and the clamping flag, the last element, with
+            ``affine.flag``).
     """
     return vector_frame(
         df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,

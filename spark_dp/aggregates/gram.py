@@ -78,29 +78,41 @@ def _arrow_batch_bytes(spark: SparkSession) -> Iterator[None]:
 
 
 def _partial_batch(acc: GramAccumulator) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array([acc.upper().tobytes()], type=pa.binary())], names=["partial"])
+    """d² doubles (the upper triangle), then [clipped, rows] when the accumulator counts them."""
+    data = acc.upper().tobytes() + (acc.counts().tobytes() if acc.count_clipped else b"")
+    return pa.RecordBatch.from_arrays([pa.array([data], type=pa.binary())], names=["partial"])
 
 
-def gram_partials_fn(d: int, norm_bound: float, nonfinite: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function: batches of one list<double> column → one partial."""
+def gram_partials_fn(d: int, norm_bound: float, nonfinite: str, *, count_clipped: bool = False,
+                     flag_column: bool = False) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function: batches of one list<double> column → one partial.
+
+    ``flag_column``: the lists have d + 1 elements, the last the clamping flag (:class:`GramAccumulator`).
+    """
+    width = d + int(flag_column)
 
     def partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        acc = GramAccumulator(d, norm_bound, nonfinite)
+        acc = GramAccumulator(d, norm_bound, nonfinite, count_clipped=count_clipped, flag_column=flag_column)
         for batch in batches:
             if batch.num_rows:
-                acc.add(list_to_block(batch.column(0), d))
+                acc.add(list_to_block(batch.column(0), width))
         yield _partial_batch(acc)
 
     return partials
 
 
-def sum_partials(frame: DataFrame, d: int) -> np.ndarray:
-    """Sums the partials on the driver; returns the full symmetric matrix."""
+def sum_partials(frame: DataFrame, d: int, *, count_clipped: bool = False):
+    """Sums the partials on the driver; returns the full symmetric matrix (and [clipped, rows] when counted)."""
     total = np.zeros((d, d), dtype=np.float64)
+    counts = np.zeros(2)
     table = to_arrow(frame)
     for value in table.column("partial").to_pylist():
-        total += np.frombuffer(value, dtype=np.float64).reshape(d, d)
-    return total + np.triu(total, 1).T
+        parts = np.frombuffer(value, dtype=np.float64)
+        total += parts[: d * d].reshape(d, d)
+        if count_clipped:
+            counts += parts[d * d :]
+    total = total + np.triu(total, 1).T
+    return (total, counts) if count_clipped else total
 
 
 def gram_matrix(
@@ -113,7 +125,8 @@ def gram_matrix(
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
     affine: Affine | None = None,
-) -> np.ndarray:
+    count_clipped: bool = False,
+):
     """Exact AᵀA (d × d, float64) of the rows of ``df`` after clipping.
 
     Args:
@@ -129,10 +142,15 @@ def gram_matrix(
         affine: public column bounds (clamp and scale to [-1, 1]) and a
             constant column, applied in the SQL expression building the
             vector (:class:`~spark_dp.aggregates._vectors.Affine`).
+        count_clipped: also count, in the same job, the rows that entered
+            the matrix and those clipped (norm above B, or a value clamped to
+            its bounds: ``affine.flag``), for the clipping report
+            (:mod:`spark_dp.second_moment.clipping`).
 
     Returns:
         The symmetric matrix Σᵢ aᵢaᵢᵀ over the kept, clipped rows (zeros for
-        an empty input).
+        an empty input); with ``count_clipped`` the pair (matrix,
+        [clipped rows, rows]).
 
     For data in Parquet files, :func:`gram_matrix_parquet` gives the same
     result 1.4–1.7× faster (docs/benchmarks.md). Arrow batches are capped
@@ -140,12 +158,17 @@ def gram_matrix(
     is set.
     """
     check_nonfinite(nonfinite)
-    frame, d = vector_frame(
+    flag = affine is not None and affine.flag
+    if flag and not count_clipped:
+        raise ValueError("bug: a clamping flag is computed only to count clipped rows")
+    frame, width = vector_frame(
         df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,
         affine=affine,
     )
+    d = width - int(flag)
+    fn = gram_partials_fn(d, float(norm_bound), nonfinite, count_clipped=count_clipped, flag_column=flag)
     with _arrow_batch_bytes(frame.sparkSession):
-        return sum_partials(frame.mapInArrow(gram_partials_fn(d, float(norm_bound), nonfinite), _PARTIAL_SCHEMA), d)
+        return sum_partials(frame.mapInArrow(fn, _PARTIAL_SCHEMA), d, count_clipped=count_clipped)
 
 
 def vector_dimension(df: DataFrame, columns: Sequence[str], dimension: int | None = None) -> int:
@@ -156,7 +179,8 @@ def vector_dimension(df: DataFrame, columns: Sequence[str], dimension: int | Non
 # -- direct Parquet path -------------------------------------------------------
 
 def parquet_partials_fn(
-    tasks: Sequence[Sequence[Unit]], columns: Sequence[str], layout: str, d: int, norm_bound: float, nonfinite: str
+    tasks: Sequence[Sequence[Unit]], columns: Sequence[str], layout: str, d: int, norm_bound: float, nonfinite: str,
+    count_clipped: bool = False,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function over task ids: reads their Parquet row groups with pyarrow → one partial.
 
@@ -169,7 +193,7 @@ def parquet_partials_fn(
     columns = list(columns)
 
     def partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        acc = GramAccumulator(d, norm_bound, nonfinite)
+        acc = GramAccumulator(d, norm_bound, nonfinite, count_clipped=count_clipped)
         for unit in units_of(tasks, batches):
             for block in unit_blocks(unit, columns, layout, d):
                 acc.add(block)
@@ -188,7 +212,8 @@ def gram_matrix_parquet(
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
     spark: SparkSession | None = None,
-) -> np.ndarray:
+    count_clipped: bool = False,
+):
     """:func:`gram_matrix` of ``spark.read.parquet(*paths)``, reading the files with pyarrow in the tasks.
 
     Same result and semantics as ``gram_matrix(spark.read.parquet(*paths),
@@ -208,7 +233,8 @@ def gram_matrix_parquet(
     Args:
         paths: Parquet files or directories.
         columns, norm_bound, nonfinite, dimension, privacy_unit,
-            max_rows_per_unit: as for :func:`gram_matrix`.
+            max_rows_per_unit, count_clipped: as for :func:`gram_matrix`
+            (no bounds here, so only the norm bound clips).
         spark: the session (default: the active one).
 
     Returns:
@@ -226,18 +252,19 @@ def gram_matrix_parquet(
     if len(columns) == 1 and layout == "columns" and not isinstance(fields[columns[0]], T.NumericType):
         layout = "vector"
 
-    def spark_path() -> np.ndarray:
+    def spark_path():
         return gram_matrix(df, columns, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,
-                           privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit)
+                           privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,
+                           count_clipped=count_clipped)
 
     if privacy_unit is not None or layout == "vector":
         return spark_path()
     files = sorted(df.inputFiles())
     if not files:
-        return np.zeros((d, d))
+        return (np.zeros((d, d)), np.zeros(2)) if count_clipped else np.zeros((d, d))
     physical = physical_columns(files[0])
     tasks = plan_tasks(spark, files, 8 * d * d) if physical is not None else None
     if tasks is None or not set(columns) <= set(physical):
         return spark_path()
-    fn = parquet_partials_fn(tasks, columns, layout, d, float(norm_bound), nonfinite)
-    return sum_partials(task_ids(spark, tasks).mapInArrow(fn, _PARTIAL_SCHEMA), d)
+    fn = parquet_partials_fn(tasks, columns, layout, d, float(norm_bound), nonfinite, count_clipped)
+    return sum_partials(task_ids(spark, tasks).mapInArrow(fn, _PARTIAL_SCHEMA), d, count_clipped=count_clipped)

@@ -58,3 +58,41 @@ def norm_counts(
     for value in frame.mapInArrow(_counts_fn(d, grid, nonfinite), _SCHEMA).toArrow().column("partial").to_pylist():
         total += np.frombuffer(value, dtype=np.int64)
     return total
+
+
+def _value_counts_fn(p: int, grid: np.ndarray) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        counts = np.zeros((p, grid.size + 1), dtype=np.int64)
+        for batch in batches:
+            if batch.num_rows:
+                block = list_to_block(batch.column(0), p)
+                for j in range(p):
+                    v = block[:, j]
+                    v = v[np.isfinite(v)]  # NaN/±inf/null: not counted (per column, 0 or 1 per row either way)
+                    counts[j] += np.bincount(np.searchsorted(grid, v, side="left"), minlength=grid.size + 1)
+        yield pa.RecordBatch.from_arrays([pa.array([counts.tobytes()], type=pa.binary())], names=["partial"])
+
+    return partials
+
+
+def value_counts(
+    df: DataFrame,
+    columns: Sequence[str],
+    grid: np.ndarray,
+    *,
+    privacy_unit: str | None = None,
+    max_rows_per_unit: int = 1,
+) -> np.ndarray:
+    """Per column, counts of finite values per bucket of ``grid`` (increasing): grid[i−1] < v ≤ grid[i].
+
+    The input of ``bounds="auto"``: the rows after contribution bounding,
+    each finite value counted in its column (NaN, ±inf and null are not).
+    Returns an int64 array (len(columns), len(grid) + 1), the last bucket
+    holding the values above the grid. One pass, no noise.
+    """
+    grid = np.asarray(grid, dtype=np.float64)
+    frame, p = vector_frame(df, columns, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit)
+    total = np.zeros((p, grid.size + 1), dtype=np.int64)
+    for value in frame.mapInArrow(_value_counts_fn(p, grid), _SCHEMA).toArrow().column("partial").to_pylist():
+        total += np.frombuffer(value, dtype=np.int64).reshape(p, grid.size + 1)
+    return total

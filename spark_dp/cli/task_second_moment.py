@@ -6,6 +6,7 @@ Config (``params`` keys per task; all optional unless stated)::
     mechanism: wishart               # analyze_gauss | jl_ridge | wishart | inverse_wishart | adassp (regression)
     dataset: {id: ..., path: ..., columns: [x1, x2, x3], label: y,     # label: linear_regression only
               bounds: {x1: [0, 5], x2: [-1, 1], x3: [0, 100], y: [0, 20]}}  # optional: public bounds, data units
+                                                                            # (or auto: chosen privately)
     privacy: {epsilon: 1.0, delta: 1.0e-6, norm_bound: 1.0}   # norm_bound: a number, auto, or omitted when every
                                                               # column (label included) has bounds
     params: {postprocess: none, projection_rows: 400, dof: 500, calibration: exact, projection: gram, row_ids: content,
@@ -13,6 +14,8 @@ Config (``params`` keys per task; all optional unless stated)::
              ridge: 0.0,            # linear_regression only
              fit_intercept: true,   # linear_regression only; default true with dataset.bounds, false without
              norm_bound_share: 0.1, norm_bound_quantile: 0.95,   # norm_bound: auto only (regression: 0.5)
+             clipping_report: false, clipping_report_share: 0.05,  # opt-in: the private share of clipped rows
+             bounds_share: 0.1,     # dataset.bounds: auto only
              k: 3}                  # pca only (required)
 
 ``params.fit_intercept`` defaults to true when ``dataset.bounds`` is given and
@@ -28,7 +31,9 @@ from spark_dp import _validation as V
 from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError
-from spark_dp.privacy.quantile import plan_quantile
+from spark_dp.privacy.quantile import BoundsPlan, plan_quantile
+from spark_dp.second_moment.clipping import DEFAULT_SHARE as CLIPPING_SHARE
+from spark_dp.second_moment.clipping import check_shares, plan_clipping_report
 from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.mechanisms import (
     PCA_MECHANISMS,
@@ -44,9 +49,11 @@ _COMMON_PARAMS = {
     "postprocess": SM_PARAMS.validator("postprocess", OWNER),
     **{name: P.validator(name, OWNER) for name in ("projection_rows", "dof", "public_n", "prior_dof")},
     **{name: SM_PARAMS.validator(name, OWNER) for name in ("calibration", "row_ids", "projection")},
-    **{name: P.validator(name, OWNER) for name in ("norm_bound_share", "norm_bound_quantile")},
+    **{name: P.validator(name, OWNER) for name in ("norm_bound_share", "norm_bound_quantile", "clipping_report",
+                                                    "clipping_report_share", "bounds_share")},
 }
 DEFAULT_SHARE = 0.1  # as the API's (spark_dp.second_moment.api; pyspark-free here)
+BOUNDS_SHARE = 0.1  # bounds: auto, as the API's
 DEFAULT_QUANTILE = {"second_moment": 0.95, "pca": 0.95, "linear_regression": 0.5}
 
 
@@ -76,6 +83,8 @@ def _norm_bound(config):
     bounds = config.dataset.extra.get("bounds") or {}
     names = list(config.dataset.columns) + ([config.dataset.extra["label"]]
                                             if config.task == "linear_regression" else [])
+    if bounds == "auto":
+        bounds = dict.fromkeys(names)
     if config.dataset.dimension is not None or any(c not in bounds for c in names):
         raise ConfigError("Missing required key 'privacy.norm_bound' in the config (it may be omitted only when "
                           "dataset.bounds covers every column, the label included; or give 'auto').")
@@ -88,15 +97,33 @@ def _plan_for(config):
     quantile = None if nb != "auto" else plan_quantile(
         priv.epsilon * p.get("norm_bound_share", DEFAULT_SHARE), p.get("norm_bound_quantile", DEFAULT_QUANTILE[config.task]),
         max_rows_per_unit=config.dataset.max_rows_per_unit, neighbors=priv.neighbors)
+    clipping = None if not p.get("clipping_report", False) else plan_clipping_report(
+        priv.epsilon * p.get("clipping_report_share", CLIPPING_SHARE),
+        max_rows_per_unit=config.dataset.max_rows_per_unit, neighbors=priv.neighbors)
+    if quantile is not None and clipping is not None:
+        check_shares(OWNER, p.get("norm_bound_share", DEFAULT_SHARE), p.get("clipping_report_share", CLIPPING_SHARE))
+    auto_bounds = None
+    if config.dataset.extra.get("bounds") == "auto":
+        if nb == "auto":
+            raise ConfigError("The 'privacy.norm_bound' parameter of the config may not be 'auto' with dataset.bounds "
+                              "'auto' (every column is then bounded: omit it, or give a number).")
+        share = p.get("bounds_share", BOUNDS_SHARE)
+        check_shares(OWNER, p.get("clipping_report_share", CLIPPING_SHARE) if clipping else 0.0, share,
+                     what="params.bounds_share", other="params.clipping_report_share")
+        names = list(config.dataset.columns) + ([config.dataset.extra["label"]]
+                                                if config.task == "linear_regression" else [])
+        auto_bounds = BoundsPlan(priv.epsilon * share, tuple(names), config.dataset.max_rows_per_unit, priv.neighbors)
+    reserved = (clipping.epsilon if clipping else 0.0) + (auto_bounds.epsilon if auto_bounds else 0.0)
     plan_for = bound_planner(
-        config.mechanism, size=_size(config), epsilon=priv.epsilon, quantile=quantile, owner=OWNER,
+        config.mechanism, size=_size(config), epsilon=priv.epsilon - reserved,
+        quantile=quantile, owner=OWNER,
         delta=priv.delta, neighbors=priv.neighbors,
         max_rows_per_unit=config.dataset.max_rows_per_unit, postprocess=p.get("postprocess", "none"),
         projection_rows=p.get("projection_rows"), dof=p.get("dof"), public_n=p.get("public_n"), prior_dof=p.get("prior_dof"),
         calibration=p.get("calibration", "exact"),
         row_ids=p.get("row_ids", "content"), projection=p.get("projection", "gram"),
     )
-    return plan_for, nb, quantile
+    return plan_for, nb, quantile, clipping, auto_bounds
 
 
 def _plan(config):
@@ -119,7 +146,7 @@ def _check(config) -> None:
             raise ConfigError("Missing required key 'params.k' in the config (task pca).")
         V.check_int("params.k", config.params["k"], owner=OWNER, low=1, high=_dimension(config))
     bounds = config.dataset.extra.get("bounds")
-    if bounds is not None:
+    if bounds is not None and bounds != "auto":
         names = list(config.dataset.columns) + [config.dataset.extra.get("label")]
         unknown = [c for c in bounds if c not in names]
         if unknown:
@@ -135,6 +162,9 @@ def _common_kwargs(config) -> dict:
         bounds=config.dataset.extra.get("bounds"),
         norm_bound_share=p.get("norm_bound_share", DEFAULT_SHARE),
         norm_bound_quantile=p.get("norm_bound_quantile", DEFAULT_QUANTILE[config.task]),
+        clipping_report=p.get("clipping_report", False),
+        clipping_report_share=p.get("clipping_report_share", CLIPPING_SHARE),
+        bounds_share=p.get("bounds_share", BOUNDS_SHARE),
         mechanism=config.mechanism, release_id=config.release_id, confidence=config.output.confidence, neighbors=config.privacy.neighbors,
         postprocess=p.get("postprocess", "none"), nonfinite=config.dataset.nonfinite,
         privacy_unit=config.dataset.privacy_unit, max_rows_per_unit=config.dataset.max_rows_per_unit,

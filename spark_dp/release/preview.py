@@ -289,6 +289,26 @@ def _num(x: Any) -> float | None:
 
 def predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
                      manifest: Mapping[str, Any] | None = None, *, n: int | None = None) -> dict[str, Any]:
+    """The predicted noise of a release (:func:`_predict_accuracy`), and of its clipping report if it has one."""
+    got = _predict_accuracy(task, mechanism, request, privacy, manifest, n=n)
+    clip = request.get("clipping_report")
+    if clip is None:
+        return got
+    from spark_dp.second_moment.clipping import laplace_half_width, plan_clipping_report
+
+    plan = plan_clipping_report(float(request["epsilon"]) * float(clip["share"]),
+                                max_rows_per_unit=int(request.get("max_rows_per_unit") or 1),
+                                neighbors=request.get("neighbors", "add_remove"))
+    half = laplace_half_width(plan.scale, got["level"])
+    return {**got, "clipping_report": {
+        "count_half_width": half, "laplace_scale": plan.scale, "epsilon": plan.epsilon,
+        "fraction_half_width_at_n": None if n is None else half / n,
+        "method": "the Laplace interval of the clipped-row count, b·ln(1/(1 − level)); divided by n for the "
+                  "fraction (data-independent: predicted exactly)"}}
+
+
+def _predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
+                      manifest: Mapping[str, Any] | None = None, *, n: int | None = None) -> dict[str, Any]:
     """The predicted noise of a release, from its public request, privacy and manifest fields (module doc).
 
     Returns a dict with ``level`` (the interval level: the request's
@@ -313,7 +333,10 @@ def predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], priv
     if fn is None:
         return {"level": level, "predicted": False, "why": f"no accuracy model for task {task!r}", "method": None}
     got = fn(mechanism, request, dict(privacy), dict(manifest or {}), n, level)
-    if ((manifest or {}).get("scaling") or {}).get("bounds"):
+    scaling = (manifest or {}).get("scaling") or {}
+    if task == "second_moment" and (exact := _data_unit_entries(mechanism, request, privacy, scaling, level)):
+        return {"level": level, "predicted": True, **exact, "in_scaled_units": got}
+    if scaling.get("bounds"):
         # With public bounds the mechanism runs on the vector scaled into [-1, 1] and the release maps its
         # values (and their intervals) back to the data's units; the figures below are in the scaled units.
         # (An intercept alone adds a constant column and scales nothing else: the prediction stands.)
@@ -322,6 +345,35 @@ def predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], priv
                         "back through the public scaling T); the prediction is in the scaled [-1, 1] units only"),
                 "method": got.get("method"), "in_scaled_units": got}
     return {"level": level, **got}
+
+
+def _data_unit_entries(mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
+                       scaling: Mapping[str, Any], level: float) -> dict[str, Any] | None:
+    """A bounded Analyze Gauss second moment's per-entry intervals in the data's units, where the release has them.
+
+    The release maps the noise back affinely entry by entry (T·N·Tᵀ,
+    :meth:`~spark_dp.second_moment._scaling.Scaling.noise_sd`): its sd depends
+    on σ and the public bounds only, so the prediction is the release's own.
+    """
+    bounds = scaling.get("bounds")
+    constant = scaling.get("constant_column") or {}
+    if (mechanism != "analyze_gauss" or not isinstance(bounds, dict) or not bounds
+            or request.get("params", {}).get("postprocess", "none") != "none" or "index" not in constant
+            or not isinstance(constant.get("value"), int | float) or not isinstance(request.get("columns"), list)):
+        return None
+    from spark_dp.release.uncertainty import normal_quantile
+    from spark_dp.second_moment._scaling import Scaling
+
+    columns = request["columns"]
+    if len(columns) + 1 > 64:  # as the release: no per-entry intervals for wide bounded matrices
+        return None
+    k = int(constant["index"])
+    sd = Scaling.of(columns, {c: tuple(b) for c, b in bounds.items()}, constant_at=k,
+                    constant_value=float(constant["value"])).noise_sd(float(privacy["noise_sigma"]))
+    sd = np.delete(np.delete(sd, k, axis=0), k, axis=1)
+    return {"stderr_matrix": sd.tolist(), "half_width_matrix": (normal_quantile(level) * sd).tolist(),
+            "units": "the data's (bounds given: the noise mapped back through the public scaling T, exact)",
+            "method": "value ± z·sd with sd that of the Gaussian noise T·N·Tᵀ mapped to the data's units (exact)"}
 
 
 def _entry_half_widths(mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],

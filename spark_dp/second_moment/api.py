@@ -19,10 +19,10 @@ mean k·B²·I; JL and inverse-Wishart subtract the ridge w²·I.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,19 +30,32 @@ from pyspark.sql import DataFrame
 
 from spark_dp import _validation as V
 from spark_dp import params as P
-from spark_dp.aggregates import gram_matrix, vector_dimension
+from spark_dp.aggregates import gram_matrix
 from spark_dp.aggregates._scan import choose_source_paths
-from spark_dp.aggregates._vectors import Affine
 from spark_dp.aggregates.gram import gram_matrix_parquet
+from spark_dp.aggregates.norms import value_counts
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Budget, Chokepoint
-from spark_dp.privacy.quantile import NORM_GRID, QuantilePlan, plan_quantile, private_quantile
+from spark_dp.privacy.quantile import VALUE_GRID, private_bounds, private_quantile
 from spark_dp.release import Release
 from spark_dp.release.lineage import input_lineage
-from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, confidence_request, run_release
+from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, run_release
 from spark_dp.release.uncertainty import Uncertainty
+from spark_dp.second_moment._prepare import (  # noqa: F401 - the defaults are re-exported (config tasks, docs)
+    DEFAULT_BOUNDS_SHARE,
+    DEFAULT_CLIPPING_SHARE,
+    DEFAULT_NORM_BOUND_QUANTILE,
+    DEFAULT_NORM_BOUND_SHARE,
+    REGRESSION_NORM_BOUND_QUANTILE,
+    Prepared,
+    Vector,
+    auto_privacy,
+    mechanism_budget,
+    prepare,
+)
 from spark_dp.second_moment._registry import MechanismPlan
 from spark_dp.second_moment._scaling import Scaling
+from spark_dp.second_moment.clipping import release_clipping
 from spark_dp.second_moment.intervals import regression_bootstrap
 from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the API's names for the registry
     MECHANISMS,
@@ -50,7 +63,6 @@ from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the
     REGRESSION_MECHANISMS,
     SECOND_MOMENT_MECHANISMS,
     THEOREM_NEIGHBORS,
-    bound_planner,
     default_projection_rows,
     plan_mechanism,
     release_events,
@@ -58,139 +70,46 @@ from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the
 from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.regression import regression_coefficients, solve_normal_equations
-from spark_dp.second_moment.uncertainty import adassp_uncertainty, drop_index, matrix_uncertainty, pca_uncertainty
+from spark_dp.second_moment.uncertainty import adassp_uncertainty, pca_uncertainty
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
 
-DEFAULT_NORM_BOUND_SHARE = 0.1
-DEFAULT_NORM_BOUND_QUANTILE = 0.95
-#: A regression's rows are clipped with their constant and label, which only reweights them (the linear
-#: relation y = xβ + b·c survives scaling the row): a low quantile costs little bias and saves noise
-#: (docs/accuracy.md: the median is within 1.1x of the best hand-chosen bound on the worked example).
-REGRESSION_NORM_BOUND_QUANTILE = 0.5
+#: The keyword parameters every family function passes to :func:`prepare` unchanged (API name → prepare's).
+_SHARED = {name: name for name in (
+    "mechanism", "epsilon", "delta", "norm_bound", "neighbors", "postprocess", "nonfinite", "max_rows_per_unit",
+    "privacy_unit", "projection_rows", "dof", "public_n", "prior_dof", "calibration", "row_ids", "projection")}
+_SHARED.update(norm_bound_share="share", norm_bound_quantile="quantile", clipping_report="clipping",
+               clipping_report_share="clipping_share", bounds_share="bounds_share")
 
 
-def _check_common(owner, epsilon, delta, norm_bound, neighbors, postprocess, nonfinite, max_rows_per_unit, privacy_unit,
-                  bounds=None, norm_bound_share=DEFAULT_NORM_BOUND_SHARE,
-                  norm_bound_quantile=DEFAULT_NORM_BOUND_QUANTILE):
-    epsilon, delta = (P.check(n, v, owner=owner) for n, v in (("epsilon", epsilon), ("delta", delta)))
-    norm_bound = P.check("norm_bound_or_auto", norm_bound, owner=owner, key="norm_bound")
-    for name, value in (("neighbors", neighbors), ("nonfinite", nonfinite), ("privacy_unit", privacy_unit)):
-        P.check(name, value, owner=owner)
-    SM_PARAMS.check("postprocess", postprocess, owner=owner)
-    bounds = P.check("bounds", bounds, owner=owner)
-    share = P.check("norm_bound_share", norm_bound_share, owner=owner)
-    quantile = P.check("norm_bound_quantile", norm_bound_quantile, owner=owner)
-    return (epsilon, delta, norm_bound, P.check("max_rows_per_unit", max_rows_per_unit, owner=owner), bounds,
-            share, quantile)
+def _shared(args: dict[str, Any]) -> dict[str, Any]:
+    """The family function's shared keyword arguments (its ``locals()``), named as :func:`prepare` takes them."""
+    return {ours: args[name] for name, ours in _SHARED.items()}
 
 
-@dataclass(frozen=True)
-class _Vector:
-    """What a release's vector is: its columns, public bounds, constant column and norm bound.
-
-    ``norm_bound`` is a number, or ``"auto"`` with ``quantile`` the plan of
-    its private choice. The constant column holds 1 with bounds (every
-    bounded entry is in [-1, 1]); without bounds (a regression intercept on
-    raw columns) it holds B/√d, an equal share of the norm bound.
-    """
-
-    columns: list[str] | str
-    names: tuple[str, ...]
-    bounds: dict[str, tuple[float, float]] | None
-    constant_at: int | None
-    size: int
-    norm_bound: float | str
-    quantile: QuantilePlan | None = None
-
-    @property
-    def scaled(self) -> bool:
-        return self.bounds is not None or self.constant_at is not None
-
-    def constant_value(self, norm_bound: float) -> float:
-        return 1.0 if self.bounds is not None else norm_bound / math.sqrt(self.size)
-
-    def scaling(self, norm_bound: float) -> Scaling:
-        return Scaling.of(self.names, self.bounds, constant_at=self.constant_at,
-                          constant_value=self.constant_value(norm_bound))
-
-    def affine(self, norm_bound: float | None) -> Affine | None:
-        """The vector's Affine; ``norm_bound`` None: for the row norms of ``auto`` (no constant without bounds)."""
-        if not self.scaled:
-            return None
-        bounds = tuple((self.bounds or {}).get(c) for c in self.names)
-        if norm_bound is None and self.bounds is None:
-            return Affine(bounds)
-        return Affine(bounds, self.constant_at, self.constant_value(norm_bound or 1.0))
-
-    @property
-    def fully_bounded(self) -> bool:
-        return self.bounds is not None and all(c in self.bounds for c in self.names)
-
-    def grid(self) -> np.ndarray:
-        """The public candidates of ``auto``: 2^(j/4); with every column bounded only those in [√d/256, √d], and √d."""
-        if not self.fully_bounded:
-            return NORM_GRID
-        top = math.sqrt(self.size)
-        return np.append(NORM_GRID[(NORM_GRID >= top / 256) & (NORM_GRID < top * (1 - 1e-12))], top)
-
-    def bound_from_quantile(self, q: float) -> float:
-        """B from the selected row-norm quantile (rows without the B/√d constant: B² = q²·d/(d − 1))."""
-        if self.bounds is None and self.constant_at is not None:
-            return q * math.sqrt(self.size / (self.size - 1))
-        return q
-
-
-def _vector(owner: str, df: DataFrame, columns, dimension, *, bounds, norm_bound, constant_at, epsilon, share,
-            quantile, max_rows_per_unit, neighbors, what: str = "column") -> _Vector:
-    """Validates the vector's definition against the schema (no Spark job) and plans ``norm_bound="auto"``."""
-    names = (columns,) if isinstance(columns, str) else tuple(columns)
-    d = vector_dimension(df, columns, dimension)  # schema check, no Spark job
-    if bounds is not None:
-        unknown = [c for c in bounds if c not in names]
-        if unknown:
-            raise ConfigError(f"The 'bounds' parameter of {owner} names {unknown[0]!r}, which is not one of the "
-                              f"release's columns {list(names)}.")
-        if d != len(names):
-            raise ConfigError(f"The 'bounds' parameter of {owner} applies to numeric columns only; give the "
-                              "elements of an array or vector column as columns.")
-    size = d + (constant_at is not None)
-    if norm_bound is None:
-        if bounds is None or any(c not in bounds for c in names):
-            raise ConfigError(f"The 'norm_bound' parameter of {owner} is required unless every {what} has bounds; "
-                              "give a number or 'auto'.")
-        norm_bound = math.sqrt(size)
-    qplan = None
-    if norm_bound == "auto":
-        qplan = plan_quantile(epsilon * share, quantile, max_rows_per_unit=max_rows_per_unit, neighbors=neighbors)
-    return _Vector(columns, names, bounds, constant_at, size, norm_bound, qplan)
-
-
-def _mechanism_budget(vec: _Vector, epsilon: float) -> float:
-    """The ε the mechanism is calibrated to: all of it, or what ``norm_bound="auto"`` leaves."""
-    return epsilon if vec.quantile is None else epsilon - vec.quantile.epsilon
-
-
-def _auto_privacy(plan_for: Callable[[float], MechanismPlan], epsilon: float, vec: _Vector) -> dict:
-    """The manifest privacy fields of an ``auto`` release: the B-dependent numbers are stated after the choice."""
-    one, two = plan_for(1.0).privacy, plan_for(2.0).privacy
-    later = "chosen with the norm bound: see norm_bound_auto"
-    out = {k: (later if one[k] != two.get(k) else v) for k, v in one.items()}
-    assert vec.quantile is not None
-    return {**out, "epsilon": epsilon, "mechanism_epsilon": _mechanism_budget(vec, epsilon),
-            "norm_bound": "auto", "norm_bound_epsilon": vec.quantile.epsilon}
+def _prepare_matrix(owner: str, df: DataFrame, columns, dimension, bounds, **kw: Any) -> Prepared:
+    """:func:`prepare` for a second moment or PCA: with ``bounds`` the constant column goes last."""
+    names = [columns] if isinstance(columns, str) else columns
+    return prepare(owner, df, columns, dimension, constant_at=len(names) if bounds is not None else None,
+                   bounds=bounds, **kw)
 
 
 def _release(
-    session: DPSession, df: DataFrame, vec: _Vector, *, task: str, plan_for: Callable[[float], MechanismPlan],
-    request: dict, finish: Callable[[Any, float, MechanismPlan], Noised], release_id, nonfinite, dimension,
-    privacy_unit, max_rows_per_unit, config_sha256, extra: dict, source_paths: Sequence[str] | None = None,
+    session: DPSession, df: DataFrame, prep: Prepared, *, task: str, request: dict,
+    finish: Callable[[Any, float, MechanismPlan, Prepared], Noised], release_id, dimension, config_sha256, extra: dict,
+    source_paths: Sequence[str] | None = None,
 ) -> Release:
+    """Runs the prepared release: the exact summary (a Gram pass, the JL projection, or with ``auto`` the
+    row-norm histogram first), the charge, the noise, then ``finish`` (the family's post-processing).
+    """
+    vec, plan_for = prep.vec, prep.plan_for
+    nonfinite, privacy_unit, max_rows_per_unit = prep.nonfinite, prep.privacy_unit, prep.max_rows_per_unit
     plan = plan_for(1.0 if vec.quantile is not None else float(vec.norm_bound))
+    count = vec.clipping is not None  # the clipping report's counts come from the Gram job itself
 
-    def exact(norm_bound: float):
-        affine = vec.affine(norm_bound)
+    def exact(norm_bound: float, vec: Vector = vec):
+        affine = vec.affine(norm_bound, flag=count)
         if not plan.needs_gram:
             from spark_dp.aggregates.jl import jl_projection
 
@@ -212,11 +131,18 @@ def _release(
             # (skips the JVM -> Arrow conversion; docs/benchmarks.md).
             return gram_matrix_parquet(paths, vec.columns, norm_bound=norm_bound, nonfinite=nonfinite,
                                        dimension=dimension, privacy_unit=privacy_unit,
-                                       max_rows_per_unit=max_rows_per_unit, spark=df.sparkSession)
+                                       max_rows_per_unit=max_rows_per_unit, spark=df.sparkSession,
+                                       count_clipped=count)
         return gram_matrix(df, vec.columns, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,
-                           privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, affine=affine)
+                           privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, affine=affine,
+                           count_clipped=count)
 
     def compute():
+        if vec.auto_bounds is not None:
+            # bounds="auto": the exact per-column value histograms now; the bounds, the Gram pass and the noise
+            # after the charge.
+            return value_counts(df, vec.names, VALUE_GRID, privacy_unit=privacy_unit,
+                                max_rows_per_unit=max_rows_per_unit)
         if vec.quantile is None:
             return exact(float(vec.norm_bound))
         # norm_bound="auto": the exact row-norm histogram now; B, the Gram pass and the noise after the charge.
@@ -225,100 +151,56 @@ def _release(
         return norm_counts(df, vec.columns, vec.grid(), nonfinite=nonfinite, dimension=dimension,
                            privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, affine=vec.affine(None))
 
+    def noised_with_report(summary, cp: Chokepoint, norm_bound: float, chosen: MechanismPlan,
+                           prep: Prepared = prep) -> Noised:
+        """The mechanism's release and, with the clipping report, its counts noised after it (same release)."""
+        if not count:
+            return finish(chosen.noise(summary, cp), norm_bound, chosen, prep)
+        summary, counts = summary
+        noised = finish(chosen.noise(summary, cp), norm_bound, chosen, prep)
+        assert vec.clipping is not None
+        arrays, uncertainty = release_clipping(cp, vec.clipping, counts, confidence_of(request))
+        return Noised({**noised.arrays, **arrays}, {**noised.manifest, "clipping_report": {
+            **vec.clipping.manifest(), "norm_bound": norm_bound}}, {**noised.uncertainty, **uncertainty})
+
     def noise(summary, cp: Chokepoint) -> Noised:
+        if vec.auto_bounds is not None:
+            chosen_bounds = private_bounds(cp, vec.auto_bounds, summary)
+            norm_bound = float(vec.norm_bound)
+            chosen_vec = vec.with_bounds(chosen_bounds)
+            noised = noised_with_report(exact(norm_bound, chosen_vec), cp, norm_bound, plan,
+                                        dataclasses.replace(prep, vec=chosen_vec))
+            return Noised(noised.arrays, {**noised.manifest, "scaling": chosen_vec.scaling(norm_bound).manifest(),
+                                          "bounds_auto": {**vec.auto_bounds.manifest(), "bounds": {
+                                              c: list(b) for c, b in chosen_bounds.items()}}}, noised.uncertainty)
         if vec.quantile is None:
-            return finish(plan.noise(summary, cp), float(vec.norm_bound), plan)
+            return noised_with_report(summary, cp, float(vec.norm_bound), plan)
         chosen_q = private_quantile(cp, vec.quantile, summary, vec.grid())
         norm_bound = vec.bound_from_quantile(chosen_q)
         chosen = plan_for(norm_bound)
         if list(chosen.events) != list(plan.events):
             raise RuntimeError("bug: the mechanism's events changed with the chosen norm bound")
-        noised = finish(chosen.noise(exact(norm_bound), cp), norm_bound, chosen)
+        noised = noised_with_report(exact(norm_bound), cp, norm_bound, chosen)
         stated = {k: chosen.privacy[k] for k in ("noise_scale", "noise_sigma", "sensitivity") if k in chosen.privacy}
         return Noised(noised.arrays, {**noised.manifest, "norm_bound_auto": {
             **vec.quantile.manifest(), **({"grid": "2^(j/4) in [sqrt(d)/256, sqrt(d)], and sqrt(d) (every column "
                                           "bounded: no row norm exceeds sqrt(d))"} if vec.fully_bounded else {}),
-            "selected_quantile": chosen_q, "norm_bound": norm_bound, **stated}})
+            "selected_quantile": chosen_q, "norm_bound": norm_bound, **stated}}, noised.uncertainty)
 
     privacy = {**plan.privacy, "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit}
     if vec.quantile is not None:
-        privacy = {**_auto_privacy(plan_for, request["epsilon"], vec), "privacy_unit": privacy_unit or "row",
+        privacy = {**auto_privacy(plan_for, request["epsilon"], vec), "privacy_unit": privacy_unit or "row",
                    "max_rows_per_unit": max_rows_per_unit}
-    events = tuple(release_events(plan_for, vec.norm_bound, vec.quantile))
+    if vec.clipping is not None or vec.auto_bounds is not None:  # the budget split, stated
+        privacy = {**privacy, "epsilon": request["epsilon"], "mechanism_epsilon": mechanism_budget(vec, request["epsilon"]),
+                   **({} if vec.clipping is None else {"clipping_report_epsilon": vec.clipping.epsilon}),
+                   **({} if vec.auto_bounds is None else {"bounds_epsilon": vec.auto_bounds.epsilon})}
+    events = tuple(release_events(plan_for, vec.norm_bound, vec.quantile, vec.clipping, vec.auto_bounds))
     return run_release(session, ReleasePlan(
         task=task, mechanism=plan.mechanism, release_id=release_id, request=request, events=events,
         budget=Budget(request["epsilon"], request["delta"]), compute=compute, noise=noise, privacy=privacy,
         manifest=extra, config_sha256=config_sha256, lineage=functools.partial(input_lineage, df),
     ))
-
-
-def _request(session, task, mechanism, columns, d, params, epsilon, delta, norm_bound, neighbors, nonfinite,
-             privacy_unit, max_rows_per_unit, config_sha256, vec: _Vector | None = None, **more):
-    # Fields added by issue #14 enter the request only when used, so older requests keep their digest.
-    if vec is not None and vec.bounds is not None:
-        more["bounds"] = {c: list(b) for c, b in vec.bounds.items()}
-    if vec is not None and vec.quantile is not None:
-        more["norm_bound_auto"] = {"share": vec.quantile.epsilon / epsilon, "quantile": vec.quantile.alpha}
-    return {
-        "dataset_id": session.dataset_id, "task": task, "mechanism": mechanism, "columns": columns, "dimension": d,
-        "params": params, "epsilon": epsilon, "delta": delta, "norm_bound": norm_bound, "neighbors": neighbors,
-        "nonfinite": nonfinite, "privacy_unit": privacy_unit, "max_rows_per_unit": max_rows_per_unit,
-        "sampler": session.sampler.name, "config_sha256": config_sha256, **more,
-    }
-
-
-def _extra(columns, params, norm_bound, nonfinite, privacy_unit, vec: _Vector | None = None, **more):
-    clipping = (f"rows scaled to L2 norm <= {norm_bound:g}" if not isinstance(norm_bound, str) else
-                "rows scaled to L2 norm <= B, B chosen privately (norm_bound_auto)")
-    if vec is not None and vec.scaled:
-        more["scaling"] = vec.scaling(1.0 if isinstance(norm_bound, str) else norm_bound).manifest()
-        if vec.bounds is None:
-            more["scaling"]["constant_column"]["value"] = "B/sqrt(d)"
-    return {"columns": columns, "params": params, "policies": {
-        "nonfinite": nonfinite if vec is None or vec.bounds is None else
-        f"{nonfinite} (with bounds: NaN/inf/null are not clamped; 'zero' sets the scaled entry to the bounds' centre)",
-        "clipping": clipping,
-        "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
-    }, **more}
-
-
-def _prepare(owner, df, columns, dimension, *, constant_at, mechanism, allowed, epsilon, delta, norm_bound, bounds,
-             neighbors, postprocess, nonfinite, max_rows_per_unit, privacy_unit, share, quantile, what="column",
-             **mech_kw):
-    """The validation and planning the three family functions share: (ε, δ, vector, plan_for, plan params)."""
-    epsilon, delta, norm_bound, max_rows_per_unit, bounds, share, quantile = _check_common(
-        owner, epsilon, delta, norm_bound, neighbors, postprocess, nonfinite, max_rows_per_unit, privacy_unit,
-        bounds, share, quantile)
-    V.check_option("mechanism", mechanism, allowed, owner=owner)
-    vec = _vector(owner, df, columns, dimension, bounds=bounds, norm_bound=norm_bound, constant_at=constant_at,
-                  epsilon=epsilon, share=share, quantile=quantile, max_rows_per_unit=max_rows_per_unit,
-                  neighbors=neighbors, what=what)
-    plan_for = bound_planner(mechanism, size=vec.size, epsilon=epsilon, quantile=vec.quantile, owner=owner,
-                             delta=delta, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit,
-                             postprocess=postprocess, **mech_kw)
-    params = plan_for(1.0 if vec.quantile is not None else float(vec.norm_bound)).params
-    return epsilon, delta, vec, plan_for, params
-
-
-def _data_matrix(vec: _Vector, matrix: np.ndarray, norm_bound: float, *, keep_constant: bool = False) -> np.ndarray:
-    """A released second moment of the vector in the data's units (exact post-processing); as is when unscaled."""
-    if not vec.scaled:
-        return matrix
-    out = vec.scaling(norm_bound).to_data_units(matrix)
-    k = vec.constant_at
-    if keep_constant or k is None:
-        return out
-    return np.delete(np.delete(out, k, axis=0), k, axis=1)
-
-
-def _data_matrix_uncertainty(vec: _Vector, plan: MechanismPlan, released: np.ndarray, norm_bound: float,
-                             postprocess: str, level: float, *, keep_constant: bool = False) -> dict[str, Uncertainty]:
-    """``{"matrix": …}`` for the release mapped to the data's units (:func:`.uncertainty.matrix_uncertainty`)."""
-    t = vec.scaling(norm_bound).transform() if vec.scaled else None
-    u = matrix_uncertainty(plan.mechanism, plan.privacy, plan.params, released, norm_bound, level, transform=t)
-    k = vec.constant_at
-    return {} if u is None else {"matrix": drop_index(u, k) if vec.scaled and not keep_constant and k is not None
-                                 else u}
 
 
 def second_moment(
@@ -330,7 +212,7 @@ def second_moment(
     delta: float,
     norm_bound: float | str | None = None,
     mechanism: str = "analyze_gauss",
-    bounds: dict[str, tuple[float, float]] | None = None,
+    bounds: dict[str, tuple[float, float]] | str | None = None,
     release_id: str | None = None,
     confidence: float = 0.95,
     neighbors: str = "add_remove",
@@ -350,6 +232,9 @@ def second_moment(
     source_paths: Sequence[str] | None = None,
     norm_bound_share: float = DEFAULT_NORM_BOUND_SHARE,
     norm_bound_quantile: float = DEFAULT_NORM_BOUND_QUANTILE,
+    clipping_report: bool = False,
+    clipping_report_share: float = DEFAULT_CLIPPING_SHARE,
+    bounds_share: float = DEFAULT_BOUNDS_SHARE,
 ) -> Release:
     """Releases a private AᵀA of the rows of ``df[columns]``.
 
@@ -423,36 +308,49 @@ def second_moment(
             (default 0.1).
         norm_bound_quantile: the quantile of the row norms it targets
             (default 0.95; rows above it are clipped).
+        clipping_report: also release, privately, how many rows were
+            clipped — a value clamped to its ``bounds`` or the row's norm
+            above B (opt-in, default False): arrays ``clipping_counts``
+            ([clipped rows, rows], Laplace noise) and ``clipped_fraction``
+            (their ratio), with intervals, counted in the same Spark job as
+            the matrix. Its own Laplace event of the same release at
+            ε·``clipping_report_share``; the mechanism gets the rest
+            (manifest ``privacy.mechanism_epsilon`` and
+            ``clipping_report_epsilon``). Sensitivity and neighbours:
+            :mod:`spark_dp.second_moment.clipping`. Not for ``jl_ridge`` with
+            ``projection="rows"``.
+        clipping_report_share: its share of ε (default 0.05).
+        bounds_share: with ``bounds="auto"`` (opt-in), each column's bounds
+            are chosen privately from the data instead: its 0.05 and 0.95
+            quantiles, each by the exponential mechanism over the public
+            grid −2^(j/4), 0, 2^(j/4) (j = −80 … 160; Smith 2011, OpenDP's
+            quantile scores and noisy max; a public penalty per grid step
+            outwards, :func:`spark_dp.privacy.quantile.private_bounds`) at
+            ε·``bounds_share``/(2d), all
+            2d charged as one (ε·``bounds_share``, 0) event of the same
+            release (basic composition of pure DP; the mechanism gets the
+            rest). Every column is then bounded, so ``norm_bound`` may be
+            omitted (B = √d; not ``"auto"``). The manifest's ``bounds_auto``
+            states the chosen bounds. One more pass over the data (the
+            per-column value histograms). Default share 0.1.
 
     Returns:
         A :class:`Release` with array ``matrix`` of shape (d, d) (in the
         data's units with ``bounds``).
     """
-    owner = "second_moment"
     columns = list(columns) if not isinstance(columns, str) else columns
-    names = [columns] if isinstance(columns, str) else columns
-    epsilon, delta, vec, plan_for, params = _prepare(
-        owner, df, columns, dimension, constant_at=len(names) if bounds is not None else None, mechanism=mechanism,
-        allowed=SECOND_MOMENT_MECHANISMS, epsilon=epsilon, delta=delta, norm_bound=norm_bound, bounds=bounds,
-        neighbors=neighbors, postprocess=postprocess, nonfinite=nonfinite, max_rows_per_unit=max_rows_per_unit,
-        privacy_unit=privacy_unit, share=norm_bound_share, quantile=norm_bound_quantile,
-        projection_rows=projection_rows, dof=dof, public_n=public_n, prior_dof=prior_dof, calibration=calibration,
-        row_ids=row_ids, projection=projection)
-    d = vec.size - (vec.constant_at is not None)
-    request = _request(session, "second_moment", mechanism, columns, d, params, epsilon, delta, vec.norm_bound,
-                       neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256, vec=vec,
-                       **confidence_request(P.check("confidence", confidence, owner=owner)))
+    prep = _prepare_matrix("second_moment", df, columns, dimension, bounds, allowed=SECOND_MOMENT_MECHANISMS,
+                           **_shared(locals()))
+    request = prep.request(session, "second_moment", columns, prep.d, params=prep.params, confidence=confidence,
+                           config_sha256=config_sha256)
 
-    def finish(released, norm_bound: float, plan: MechanismPlan) -> Noised:
-        matrix = _data_matrix(vec, released, norm_bound)
-        return Noised({"matrix": matrix}, uncertainty=_data_matrix_uncertainty(
-            vec, plan, released, norm_bound, postprocess, confidence_of(request)))
+    def finish(released, norm_bound: float, plan: MechanismPlan, prep: Prepared) -> Noised:
+        matrix = prep.data_matrix(released, norm_bound)
+        return Noised({"matrix": matrix},
+                      uncertainty=prep.data_matrix_uncertainty(plan, released, norm_bound, confidence_of(request)))
 
-    return _release(session, df, vec, task="second_moment", plan_for=plan_for, request=request,
-                    finish=finish, release_id=release_id,
-                    nonfinite=nonfinite, dimension=dimension, privacy_unit=privacy_unit,
-                    max_rows_per_unit=max_rows_per_unit, config_sha256=config_sha256,
-                    extra=_extra(columns, params, vec.norm_bound, nonfinite, privacy_unit, vec),
+    return _release(session, df, prep, task="second_moment", request=request, finish=finish, release_id=release_id,
+                    dimension=dimension, config_sha256=config_sha256, extra=prep.extra(columns, prep.params),
                     source_paths=source_paths)
 
 
@@ -467,7 +365,7 @@ def linear_regression(
     norm_bound: float | str | None = None,
     mechanism: str = "analyze_gauss",
     ridge: float = 0.0,
-    bounds: dict[str, tuple[float, float]] | None = None,
+    bounds: dict[str, tuple[float, float]] | str | None = None,
     fit_intercept: bool = True,
     release_id: str | None = None,
     confidence: float = 0.95,
@@ -487,6 +385,9 @@ def linear_regression(
     source_paths: Sequence[str] | None = None,
     norm_bound_share: float = DEFAULT_NORM_BOUND_SHARE,
     norm_bound_quantile: float = REGRESSION_NORM_BOUND_QUANTILE,
+    clipping_report: bool = False,
+    clipping_report_share: float = DEFAULT_CLIPPING_SHARE,
+    bounds_share: float = DEFAULT_BOUNDS_SHARE,
 ) -> Release:
     """Private OLS/ridge coefficients of ``label`` on ``columns``, with an intercept by default.
 
@@ -550,20 +451,16 @@ def linear_regression(
     all_columns = columns + [label]
     p = len(columns)
     constant_at = p if (fit_intercept or bounds is not None) else None  # before the label: the label stays last
-    epsilon, delta, vec, plan_for, params = _prepare(
-        owner, df, all_columns, None, constant_at=constant_at, mechanism=mechanism, allowed=REGRESSION_MECHANISMS,
-        epsilon=epsilon, delta=delta, norm_bound=norm_bound, bounds=bounds, neighbors=neighbors,
-        postprocess=postprocess, nonfinite=nonfinite, max_rows_per_unit=max_rows_per_unit, privacy_unit=privacy_unit,
-        share=norm_bound_share, quantile=norm_bound_quantile, what="column (the label included)",
-        projection_rows=projection_rows, dof=dof, public_n=public_n, prior_dof=prior_dof, calibration=calibration,
-        row_ids=row_ids, projection=projection)
-    params = {**params, "ridge": ridge}
+    prep = prepare(owner, df, all_columns, None, constant_at=constant_at, bounds=bounds, allowed=REGRESSION_MECHANISMS,
+                   what="column (the label included)", **_shared(locals()))
+    vec = prep.vec
+    params = {**prep.params, "ridge": ridge}
     more = {"label": label, **({"fit_intercept": True} if fit_intercept else {})}
-    request = _request(session, "linear_regression", mechanism, columns, p + 1, params, epsilon, delta,
-                       vec.norm_bound, neighbors, nonfinite, privacy_unit, max_rows_per_unit, config_sha256,
-                       vec=vec, **more, **confidence_request(P.check("confidence", confidence, owner=owner)))
+    request = prep.request(session, "linear_regression", columns, p + 1, params=params, confidence=confidence,
+                           config_sha256=config_sha256, **more)
 
-    def finish(result, norm_bound: float, plan: MechanismPlan) -> Noised:
+    def finish(result, norm_bound: float, plan: MechanismPlan, prep: Prepared) -> Noised:
+        vec = prep.vec
         scaling = vec.scaling(norm_bound)
         label_at = vec.size - 1
 
@@ -582,7 +479,7 @@ def linear_regression(
             arrays = {"lambda": result["lambda"]}
             if vec.scaled:
                 joint = np.block([[xtx, xty[:, None]], [xty[None, :], np.zeros((1, 1))]])
-                data = _data_matrix(vec, joint, norm_bound, keep_constant=True)
+                data = prep.data_matrix(joint, norm_bound, keep_constant=True)
                 xtx, xty, beta = data[:-1, :-1], data[:-1, -1], scaling.coefficients(beta, label_at)
             out = {**split(beta), "xtx": xtx, "xty": xty, **arrays}
             return Noised(out, {"solution": {**info, "adaptive_ridge": lam}}, uncertainty=unc)
@@ -594,17 +491,15 @@ def linear_regression(
                                          confidence_of(request))
                 beta = scaling.coefficients(beta, label_at)
         else:  # bounds without an intercept: the no-intercept fit in the data's units
-            beta, info = regression_coefficients(_data_matrix(vec, result, norm_bound), ridge=ridge)
-        matrix = _data_matrix(vec, result, norm_bound, keep_constant=True)
-        uncertainty.update(_data_matrix_uncertainty(vec, plan, result, norm_bound, postprocess, confidence_of(request),
-                                                    keep_constant=True))
+            beta, info = regression_coefficients(prep.data_matrix(result, norm_bound), ridge=ridge)
+        matrix = prep.data_matrix(result, norm_bound, keep_constant=True)
+        uncertainty.update(prep.data_matrix_uncertainty(plan, result, norm_bound, confidence_of(request),
+                                                        keep_constant=True))
         return Noised({**split(beta), "matrix": matrix}, {"solution": info}, uncertainty=uncertainty)
 
-    return _release(session, df, vec, task="linear_regression", plan_for=plan_for, request=request, finish=finish,
-                    release_id=release_id, nonfinite=nonfinite, dimension=None,
-                    privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, config_sha256=config_sha256,
-                    extra=_extra(columns, params, vec.norm_bound, nonfinite, privacy_unit, vec, **more),
-                    source_paths=source_paths)
+    return _release(session, df, prep, task="linear_regression", request=request, finish=finish,
+                    release_id=release_id, dimension=None, config_sha256=config_sha256,
+                    extra=prep.extra(columns, params, **more), source_paths=source_paths)
 
 
 def pca(
@@ -617,7 +512,7 @@ def pca(
     delta: float,
     norm_bound: float | str | None = None,
     mechanism: str = "analyze_gauss",
-    bounds: dict[str, tuple[float, float]] | None = None,
+    bounds: dict[str, tuple[float, float]] | str | None = None,
     release_id: str | None = None,
     confidence: float = 0.95,
     neighbors: str = "add_remove",
@@ -637,6 +532,9 @@ def pca(
     source_paths: Sequence[str] | None = None,
     norm_bound_share: float = DEFAULT_NORM_BOUND_SHARE,
     norm_bound_quantile: float = DEFAULT_NORM_BOUND_QUANTILE,
+    clipping_report: bool = False,
+    clipping_report_share: float = DEFAULT_CLIPPING_SHARE,
+    bounds_share: float = DEFAULT_BOUNDS_SHARE,
 ) -> Release:
     """Top-k principal components of the private second-moment matrix.
 
@@ -651,38 +549,27 @@ def pca(
         A :class:`Release` with ``eigenvalues`` (k,), ``eigenvectors``
         (k, d; row i = component i) and ``matrix`` (d, d).
     """
-    owner = "pca"
     columns = list(columns) if not isinstance(columns, str) else columns
-    names = [columns] if isinstance(columns, str) else columns
-    epsilon, delta, vec, plan_for, params = _prepare(
-        owner, df, columns, dimension, constant_at=len(names) if bounds is not None else None, mechanism=mechanism,
-        allowed=PCA_MECHANISMS, epsilon=epsilon, delta=delta, norm_bound=norm_bound, bounds=bounds,
-        neighbors=neighbors, postprocess=postprocess, nonfinite=nonfinite, max_rows_per_unit=max_rows_per_unit,
-        privacy_unit=privacy_unit, share=norm_bound_share, quantile=norm_bound_quantile,
-        projection_rows=projection_rows, dof=dof, public_n=public_n, prior_dof=prior_dof, calibration=calibration,
-        row_ids=row_ids, projection=projection)
-    d = vec.size - (vec.constant_at is not None)
-    k = V.check_int("k", k, owner=owner, low=1, high=d)
-    params = {**params, "k": k}
-    request = _request(session, "pca", mechanism, columns, d, params, epsilon, delta, vec.norm_bound, neighbors,
-                       nonfinite, privacy_unit, max_rows_per_unit, config_sha256, vec=vec,
-                       **confidence_request(P.check("confidence", confidence, owner=owner)))
+    prep = _prepare_matrix("pca", df, columns, dimension, bounds, allowed=PCA_MECHANISMS, **_shared(locals()))
+    k = V.check_int("k", k, owner="pca", low=1, high=prep.d)
+    params = {**prep.params, "k": k}
+    request = prep.request(session, "pca", columns, prep.d, params=params, confidence=confidence,
+                           config_sha256=config_sha256)
 
-    def finish(released, norm_bound: float, plan: MechanismPlan) -> Noised:
-        matrix = _data_matrix(vec, released, norm_bound)
+    def finish(released, norm_bound: float, plan: MechanismPlan, prep: Prepared) -> Noised:
+        matrix = prep.data_matrix(released, norm_bound)
         vals, vecs = principal_components(matrix, k)
         level = confidence_of(request)
-        uncertainty = _data_matrix_uncertainty(vec, plan, released, norm_bound, postprocess, level)
+        uncertainty = prep.data_matrix_uncertainty(plan, released, norm_bound, level)
+        vec = prep.vec
         t = np.delete(vec.scaling(norm_bound).transform(), vec.constant_at, axis=0) if vec.scaled else None
         bounds, accuracy = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, released, vals, vecs,
                                            norm_bound, level, transform=t)  # Weyl / Davis–Kahan (data units with t)
         return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix}, {"accuracy": accuracy},
                       uncertainty={**uncertainty, **bounds})
 
-    return _release(session, df, vec, task="pca", plan_for=plan_for, request=request, finish=finish,
-                    release_id=release_id, nonfinite=nonfinite, dimension=dimension,
-                    privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, config_sha256=config_sha256,
-                    extra=_extra(columns, params, vec.norm_bound, nonfinite, privacy_unit, vec),
+    return _release(session, df, prep, task="pca", request=request, finish=finish, release_id=release_id,
+                    dimension=dimension, config_sha256=config_sha256, extra=prep.extra(columns, params),
                     source_paths=source_paths)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from spark_dp import params as P
 from spark_dp.errors import ConfigError
 from spark_dp.params import ROW_IDS
-from spark_dp.privacy.quantile import QuantilePlan
+from spark_dp.privacy.quantile import BoundsPlan, QuantilePlan
 from spark_dp.second_moment._postprocess import POSTPROCESS
 from spark_dp.second_moment._registry import (  # noqa: F401 - default_projection_rows is re-exported
     OPTIONAL_PARAMS,
@@ -25,6 +25,7 @@ from spark_dp.second_moment._registry import (  # noqa: F401 - default_projectio
 )
 from spark_dp.second_moment.adassp import MECHANISM as ADASSP
 from spark_dp.second_moment.analyze_gauss import MECHANISM as ANALYZE_GAUSS
+from spark_dp.second_moment.clipping import ClippingPlan
 from spark_dp.second_moment.inverse_wishart import MECHANISM as INVERSE_WISHART
 from spark_dp.second_moment.jl_ridge import CALIBRATIONS, PROJECTIONS
 from spark_dp.second_moment.jl_ridge import MECHANISM as JL_RIDGE
@@ -127,8 +128,13 @@ def bound_planner(mechanism: str, *, size: int, epsilon: float, quantile: Quanti
 
 
 def release_events(plan_for: Callable[[float], MechanismPlan], norm_bound: float | str,
-                   quantile: QuantilePlan | None) -> list:
-    """All events of a release: the quantile's (``auto``) first, then the mechanism's."""
+                   quantile: QuantilePlan | None, clipping: ClippingPlan | None = None,
+                   bounds: BoundsPlan | None = None) -> list:
+    """All events of a release: ``bounds="auto"``'s and the norm quantile's (``auto``) first, then the
+    mechanism's, then the clipping report's.
+    """
+    first = [] if bounds is None else [bounds.event]
+    last = [] if clipping is None else [clipping.event]
     if quantile is None:
-        return list(plan_for(float(norm_bound)).events)
-    return [quantile.event, *plan_for(1.0).events]
+        return [*first, *plan_for(float(norm_bound)).events, *last]
+    return [*first, quantile.event, *plan_for(1.0).events, *last]
