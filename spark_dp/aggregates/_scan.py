@@ -9,7 +9,7 @@ partition column), or ``spark.read.parquet(p)`` with column pruning.
 
 How it is decided (no job runs over the data; classic and Spark Connect):
 
-* the physical plan of ``df`` (``explain(mode="simple")``:
+* the physical plan of ``df`` (:func:`plan_text`, ``explain(mode="extended")``:
   analysed, optimised and planned on the driver) must be nothing but one
   ``FileScan parquet`` over Spark's own file index (``InMemoryFileIndex`` /
   ``CatalogFileIndex``: no Delta/Iceberg/Hive table, whose files are not
@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -176,8 +177,7 @@ def parquet_scan(df: DataFrame, columns: Sequence[str]) -> Scan:
         # Column per name), the driver cost issue #17 removed elsewhere. A
         # plain scan's plan stays plain under a selection of its columns,
         # and the columns are checked against the scan's ReadSchema below.
-        with _whole_plan_text(df.sparkSession):
-            plan = explain_text(df, mode="simple")
+        plan = plan_text(df)
     except Exception as e:  # noqa: BLE001 -- a frame that cannot explain itself goes through the Spark reader
         return Scan(None, f"the plan could not be read ({type(e).__name__})")
     reason = _check_plan(plan, columns) or _pruned_before_planning(df, plan)
@@ -190,6 +190,25 @@ def parquet_scan(df: DataFrame, columns: Sequence[str]) -> Scan:
     if not files:
         return Scan(None, "the scan has no files")
     return Scan(files, f"a plain Parquet scan of {len(files)} file(s)")
+
+
+_PLAN_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def plan_text(df: DataFrame) -> str:
+    """``df.explain("extended")``'s whole text (abbreviation limits raised), computed once per DataFrame.
+
+    The release's lineage (the analysed plan's tables) and the fast-path
+    detection (the physical plan) read the same text: one explain per
+    release instead of two. A DataFrame's plan does not change, so the text
+    is kept while the DataFrame lives.
+    """
+    text = _PLAN_TEXTS.get(df)
+    if text is None:
+        with _whole_plan_text(df.sparkSession):
+            text = explain_text(df, mode="extended")
+        _PLAN_TEXTS[df] = text
+    return text
 
 
 @contextlib.contextmanager

@@ -45,7 +45,6 @@ import hashlib
 import logging
 import os
 import re
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -171,22 +170,24 @@ def table_version(spark, name: str) -> dict[str, Any]:
 
 
 def plan_tables(df) -> list[str]:
-    """The catalog tables ``df`` reads, from its analysed plan (``EXPLAIN EXTENDED``); [] if none or unknown."""
+    """The catalog tables ``df`` reads, from its analysed plan (``explain(extended)``); [] if none or unknown.
+
+    ``df``'s own explain (no temporary view, no SQL statement to parse: the
+    plan is already analysed), shared with the fast-path detection
+    (:func:`spark_dp.aggregates._scan.plan_text`); classic and Spark Connect.
+    """
+    from spark_dp.aggregates._scan import plan_text
+
     spark = df.sparkSession
-    view = f"spark_dp_lineage_{uuid.uuid4().hex}"
     try:
-        df.createOrReplaceTempView(view)
-        try:
-            text = "\n".join(str(r[0]) for r in _sql_rows(spark, f"EXPLAIN EXTENDED SELECT * FROM {view}"))
-        finally:
-            spark.catalog.dropTempView(view)
+        text = plan_text(df)  # the same text the fast-path detection reads (one explain per release)
     except Exception as exc:  # noqa: BLE001
         log.info("input lineage: cannot read the plan's tables (%s)", type(exc).__name__)
         return []
     analysed = text.split("== Analyzed Logical Plan ==", 1)[-1].split("== Optimized Logical Plan ==", 1)[0]
     names = []
     for name in _SUBQUERY.findall(analysed):
-        if "." in name and name != view and name not in names:  # catalog tables are qualified; aliases are not
+        if "." in name and name not in names:  # catalog tables are qualified; aliases are not
             try:
                 if spark.catalog.tableExists(name):
                     names.append(name)
