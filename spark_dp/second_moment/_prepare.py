@@ -272,9 +272,10 @@ class Prepared:
     def data_matrix(self, matrix: np.ndarray, norm_bound: float, *, keep_constant: bool = False) -> np.ndarray:
         return data_matrix(self.vec, matrix, norm_bound, keep_constant=keep_constant)
 
-    def data_matrix_uncertainty(self, plan: MechanismPlan, matrix: np.ndarray, norm_bound: float, level: float, *,
+    def data_matrix_uncertainty(self, plan: MechanismPlan, released: np.ndarray, norm_bound: float, level: float, *,
                                 keep_constant: bool = False) -> dict[str, Uncertainty]:
-        return data_matrix_uncertainty(self.vec, plan, matrix, norm_bound, self.postprocess, level,
+        """The intervals of :meth:`data_matrix`'s result; ``released`` is the matrix in the noise's units."""
+        return data_matrix_uncertainty(self.vec, plan, released, norm_bound, self.postprocess, level,
                                        keep_constant=keep_constant)
 
 
