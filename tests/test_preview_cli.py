@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from spark_dp.cli.main import main as cli_main
 from spark_dp.privacy import open_ledger
@@ -105,3 +106,50 @@ def test_plan_dry_run_checks_entries_one_after_the_other_and_writes_nothing(spar
 
     assert cli_main(["plan", "run", path, "--date", day, "--dry-run", "--entry", "cov"]) == 0
     assert json.loads(capsys.readouterr().out)["entries"][0]["status"] == "stored"
+
+
+def _csv_config(tmp_path, **dataset):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(40, 3)) * 0.4
+    with open(tmp_path / "data.csv", "w") as f:
+        f.write("name,x1,x2,y\n" + "".join(f"r{i},{a:.6f},{b:.6f},{c:.6f}\n" for i, (a, b, c) in enumerate(X)))
+    over = {"dataset.path": str(tmp_path / "data.csv"), "dataset.format": "csv"}
+    return _config(tmp_path, **over, **{f"dataset.{k}": v for k, v in dataset.items()})
+
+
+def test_a_csv_dry_run_with_dataset_schema_runs_no_spark_job(spark, tmp_path, capsys):
+    """dataset.schema: Spark reads CSV without the inference scan, so the dry run touches no data at all."""
+    schema = "name STRING, x1 DOUBLE, x2 DOUBLE, y DOUBLE"
+    sc = spark.sparkContext  # tests only: the library never touches the SparkContext
+    seen = {}
+    for case, cfg in (("schema", _csv_config(tmp_path, schema=schema)), ("inferred", _csv_config(tmp_path))):
+        sc.setJobGroup(f"csv-{case}", case)
+        try:
+            assert cli_main(["release", "--dry-run", write_config(tmp_path, cfg)]) == 0
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        seen[case] = (json.loads(capsys.readouterr().out), list(sc.statusTracker().getJobIdsForGroup(f"csv-{case}")))
+    (with_schema, jobs), (inferred, inferred_jobs) = seen["schema"], seen["inferred"]
+    assert jobs == [] and not any("infer" in n for n in with_schema["notes"])
+    assert inferred_jobs and any("give dataset.schema" in n for n in inferred["notes"])  # the scan is said, not hidden
+    assert with_schema["privacy"] == inferred["privacy"]
+
+    # the real release reads with the schema too
+    assert cli_main(["release", write_config(tmp_path, _csv_config(tmp_path, schema=schema))]) == 0
+    m = load_release(json.loads(capsys.readouterr().out)["path"]).manifest
+    assert m["privacy"]["noise_scale"] == with_schema["privacy"]["noise_scale"]
+
+
+def test_a_bad_dataset_schema_is_refused_naming_it_and_nothing_is_charged(spark, tmp_path, capsys):
+    from spark_dp.cli.config import load_config
+    from spark_dp.errors import ConfigError
+
+    cfg = _csv_config(tmp_path, schema="name STRING, x1 DOUBL")
+    assert cli_main(["release", write_config(tmp_path, cfg)]) != 0
+    assert "dataset.schema" in capsys.readouterr().err
+    assert open_ledger(f"sqlite:///{tmp_path}/ledger.db").all_charges() == []  # nothing charged
+    assert not os.path.exists(tmp_path / "releases")  # nothing written
+    for over, words in (({"schema": "x1 DOUBLE", "options": {"inferSchema": True}}, "inferSchema"),
+                        ({"schema": 5}, "dataset.schema")):
+        with pytest.raises(ConfigError, match=words):
+            load_config(write_config(tmp_path, _csv_config(tmp_path, **over)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from pyspark.errors import ParseException
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_dp.errors import SchemaError
@@ -47,29 +48,39 @@ def read_table(spark: SparkSession, name: str, where: str | None = None) -> Data
     return df
 
 
-def read_dataset(spark: SparkSession, path: str, fmt: str = "parquet", options: dict | None = None) -> DataFrame:
-    """Reads ``path`` in ``fmt`` (csv gets header + schema inference unless overridden).
+def read_dataset(spark: SparkSession, path: str, fmt: str = "parquet", options: dict | None = None,
+                 schema: str | None = None) -> DataFrame:
+    """Reads ``path`` in ``fmt`` (csv gets a header, and schema inference unless ``schema`` is given).
 
-    With ``fmt`` = ``"table"``, ``path`` is a catalog table name and the only
-    option is ``where`` (a SQL filter); see :func:`read_table`.
+    ``schema``: the files' columns and types as a Spark DDL string; with it
+    Spark plans the read without scanning the input (no job before the
+    release's own). With ``fmt`` = ``"table"``, ``path`` is a catalog table
+    name and the only option is ``where`` (a SQL filter); see :func:`read_table`.
     """
     if fmt == TABLE:
         opts = dict(options or {})
         where = opts.pop("where", None)
-        if opts:
-            raise SchemaError(f"Options {sorted(opts)} do not apply to a table dataset (only 'where').")
+        if opts or schema is not None:
+            raise SchemaError(f"Options {sorted(opts) or ['schema']} do not apply to a table dataset (only 'where').")
         return read_table(spark, path, where)
     check_path_exists(path)
     reader = spark.read.format(fmt)
     opts = dict(options or {})
     if fmt == "csv":
         opts.setdefault("header", "true")
-        opts.setdefault("inferSchema", "true")
+        if schema is None:
+            opts.setdefault("inferSchema", "true")
     for k, v in opts.items():
         reader = reader.option(k, v)
     try:
+        if schema is not None:
+            reader = reader.schema(schema)
         return reader.load(path)
-    except Exception as exc:  # AnalysisException or Connect's equivalent
+    except Exception as exc:  # AnalysisException / ParseException or Connect's equivalents
         if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
             raise SchemaError(f"Input path {path!r} does not exist.") from None
+        if schema is not None and isinstance(exc, ParseException):
+            first = str(exc).strip().splitlines()[0]
+            raise SchemaError(f"The 'dataset.schema' parameter is not a valid Spark DDL schema ({schema!r}): "
+                              f"{first}") from None
         raise

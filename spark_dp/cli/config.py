@@ -52,7 +52,7 @@ TOP = {"release_id": Key(), "dataset": Key(required=True), "task": Key(required=
 DATASET = {
     "id": Key(P.Str(), required=True),
     # where the data is: files (path, format, options) or a catalog table (table, where) — _dataset_source
-    "path": Key(), "table": Key(), "where": Key(), "format": Key(), "options": Key(),
+    "path": Key(), "table": Key(), "where": Key(), "format": Key(), "options": Key(), "schema": Key(),
     "columns": Key(),  # required but for an explicit tensor (format: tensor) — _columns
     "dimension": Key(P.PARAMS["dimension"]),
     "privacy_unit": Key(P.PARAMS["privacy_unit"]),
@@ -144,6 +144,8 @@ class DatasetConfig:
     nonfinite: str = "drop"
     options: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # task-specific keys (TaskSpec.dataset_keys)
+    #: The files' schema as a Spark DDL string (``"ab INT, h INT, r DOUBLE"``): read with it, no inference scan.
+    schema: str | None = None
 
     @property
     def table(self) -> str | None:
@@ -173,7 +175,7 @@ def _dataset_source(ds: dict, spec) -> tuple[str, str, dict]:
         return path, fmt, dict(options)
     if spec.formats is not None and "parquet" not in spec.formats:
         raise ConfigError(f"The 'dataset.table' parameter is not supported for task {spec.name!r}.")
-    for key in ("format", "options"):
+    for key in ("format", "options", "schema"):
         if ds.get(key) is not None:
             raise ConfigError(f"The 'dataset.{key}' parameter does not apply to 'dataset.table'; remove it.")
     table = P.TableName().check("dataset.table", ds["table"], owner=OWNER)
@@ -196,6 +198,24 @@ def _columns(ds: dict, explicit_tensor: bool) -> tuple[str, ...]:
     return tuple(columns)
 
 
+def _schema(ds: dict, fmt: str) -> str | None:
+    """``dataset.schema``: the files' columns and types as a Spark DDL string, for Spark's file readers only.
+
+    With it, Spark reads CSV/JSON without scanning them to infer types (a
+    dry run then touches no data); Spark checks the DDL when it reads.
+    """
+    schema = ds.get("schema")
+    if schema is None:
+        return None
+    schema = V.check_str("dataset.schema", schema, owner=OWNER)
+    if fmt not in FORMATS:  # a .npy tensor has no Spark schema (tables are refused in _dataset_source)
+        raise ConfigError(f"The 'dataset.schema' parameter applies to dataset.format {', '.join(FORMATS)}; "
+                          f"got format {fmt!r}.")
+    if "inferSchema" in ds.get("options", {}):
+        raise ConfigError("Give either 'dataset.schema' or dataset.options.inferSchema, not both.")
+    return schema
+
+
 def _read_dataset(raw: dict, spec) -> DatasetConfig:
     """The ``dataset`` section: :data:`DATASET` plus the task's ``dataset_keys``."""
     explicit_tensor = isinstance(ds := raw.get("dataset"), dict) and ds.get("format") == "tensor"
@@ -203,7 +223,9 @@ def _read_dataset(raw: dict, spec) -> DatasetConfig:
     ds = _section(raw, "dataset", DATASET_KEYS + tuple(spec.dataset_keys), required)
     path, fmt, options = _dataset_source(ds, spec)
     columns = _columns(ds, explicit_tensor)
-    return DatasetConfig(path=path, format=fmt, columns=columns, options=options, **_checked(ds, "dataset", DATASET),
+    schema = _schema(ds, fmt)
+    return DatasetConfig(path=path, format=fmt, columns=columns, options=options, schema=schema,
+                         **_checked(ds, "dataset", DATASET),
                          extra=_task_keys(ds, "dataset", spec.dataset_keys))
 
 

@@ -73,8 +73,8 @@ def preview_job(config: JobConfig, *, spark=None, n: int | None = None, **extra)
 
     Validates the config, reads only the input's schema (Spark reads a
     Parquet footer or a table's catalog entry; CSV/JSON schema inference
-    scans the input for column types: give a schema or use Parquet to avoid
-    it), plans the release and checks the ledger without charging. Writes
+    scans the input for column types: give ``dataset.schema`` or use Parquet
+    to avoid it), plans the release and checks the ledger without charging. Writes
     nothing: no ledger file, no release, no table. ``n``: a guess of the row
     count for the accuracy prediction. Inside an active dry run (a plan's)
     it joins it, so the plan's entries are checked one after the other.
@@ -97,9 +97,12 @@ def preview_job(config: JobConfig, *, spark=None, n: int | None = None, **extra)
                      "registered yet: the release would register it; not checked here")
     if config.output.table is not None:
         notes.append(f"the release would also be published to table {config.output.table!r}")
-    if config.dataset.format in ("csv", "json") and "inferSchema" not in (config.dataset.options or {}):
+    # Spark scans JSON, and CSV unless inferSchema is false, for the column types when no schema is given.
+    fmt, options = config.dataset.format, config.dataset.options or {}
+    infers = fmt == "json" or (fmt == "csv" and str(options.get("inferSchema", True)).lower() == "true")
+    if infers and config.dataset.schema is None:
         notes.append(f"dataset.format {config.dataset.format}: Spark scanned the input to infer its column types "
-                     "(nothing else was read or released)")
+                     "(nothing else was read or released); give dataset.schema to avoid it")
     return replace(preview, notes=[*preview.notes, *notes])
 
 

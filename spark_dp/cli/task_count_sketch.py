@@ -172,7 +172,8 @@ def _run(session, config, spark, *, seeds=None):
     from spark_dp.aggregates.sketch import item_kind
     from spark_dp.sketch.api import count_sketch
 
-    df = read_dataset(spark, config.dataset.path, config.dataset.format, config.dataset.options)
+    df = read_dataset(spark, config.dataset.path, config.dataset.format, config.dataset.options,
+                        schema=config.dataset.schema)
     column = config.dataset.columns[0]
     m, clip, C = _unit_bound(config)
     hh = config.params.get("heavy_hitters") or {}

@@ -181,7 +181,8 @@ def _common_kwargs(config) -> dict:
 def _read(config, spark):
     from spark_dp.aggregates import read_dataset
 
-    return read_dataset(spark, config.dataset.path, config.dataset.format, config.dataset.options)
+    return read_dataset(spark, config.dataset.path, config.dataset.format, config.dataset.options,
+                        schema=config.dataset.schema)
 
 
 def _run_second_moment(session, config, spark):

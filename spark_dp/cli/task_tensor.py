@@ -134,7 +134,8 @@ def _run(session, config, spark):
         from spark_dp.runtime import get_spark
 
         spark = get_spark("spark-dp tensor_decomposition")
-    df = read_dataset(spark, config.dataset.path, config.dataset.format, config.dataset.options)
+    df = read_dataset(spark, config.dataset.path, config.dataset.format, config.dataset.options,
+                        schema=config.dataset.schema)
     return tensor_decomposition(
         session, df, columns=list(config.dataset.columns), norm_bound=config.privacy.norm_bound,
         mode=_p(config, "mode"), rows_per_round=_p(config, "rows_per_round"), nonfinite=config.dataset.nonfinite,
