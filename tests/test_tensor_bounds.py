@@ -69,11 +69,13 @@ def data(spark):
     return _frame(spark, X), _frame(spark, prescaled), V
 
 
-@pytest.mark.parametrize("whiten", [False, True], ids=["plain", "whitened"])
-def test_bounds_release_equals_the_prescaled_release(data, tmp_path, whiten):
+@pytest.mark.parametrize("whiten, nonfinite", [(False, "drop"), (False, "zero"), (True, "drop")],
+                         ids=["plain", "plain-zero", "whitened"])
+def test_bounds_release_equals_the_prescaled_release(data, tmp_path, whiten, nonfinite):
+    """NaN is data, never a failure: the declared policy applies (``zero``: the bounds' centre, a = 0)."""
     bounded_df, prescaled_df, V = data
     kw = dict(k=K, epsilon=50.0, delta=DELTA, restarts=3, iterations=6, mode="reuse", rows_per_round=1500,
-              whiten=whiten)
+              whiten=whiten, nonfinite=nonfinite)
     rel = _session(tmp_path, "b").tensor_decomposition(bounded_df, COLS, bounds=BOUNDS,
                                                        rng=np.random.default_rng(7), **kw)
     ref = _session(tmp_path, "p").tensor_decomposition(prescaled_df, COLS, norm_bound=math.sqrt(D),
@@ -97,6 +99,7 @@ def test_bounds_release_equals_the_prescaled_release(data, tmp_path, whiten):
     assert p["norm_bound"] == pytest.approx(math.sqrt(D))
     m = rel.manifest
     assert m["scaling"]["bounds"] == BOUNDS and m["scaling"]["constant_column"] is None
+    assert m["policies"]["nonfinite"].startswith(nonfinite) and "centre" in m["policies"]["nonfinite"]
     assert "directions" in m["scaling"]["results"] and "scaling" not in ref.manifest
     assert m["request_sha256"] != ref.manifest["request_sha256"]  # the bounds are part of the request
 
