@@ -38,8 +38,9 @@ def _excluded(task: str, mechanism: str, params: dict, array: str) -> str | None
         return "AdaSSP's adaptive ridge: a choice of the algorithm, not an estimate of a data value"
     if task == "tensor_decomposition" and not TENSORS[mechanism].private:
         return "not private: exact results of public data, no noise"
-    if array == "components":
-        return "whitened tensor components: no finite bound without the data's eigengap"
+    if array == "components" or (array == "directions" and params.get("whiten")):
+        return "whitened tensor components (and their directions in the data's units, with bounds): no finite " \
+               "bound without the data's eigengap"
     if task == "linear_regression" and array in ("coefficients", "intercept") and mechanism != "adassp":
         if mechanism != "analyze_gauss" or params.get("postprocess") == "psd":
             return "regression intervals simulate Analyze Gauss (none/shift) and AdaSSP noise only"
@@ -148,8 +149,12 @@ def test_every_sketch_and_tensor_array_has_error_bars(frame, tmp_path):
             missing += _missing(rel, "tensor_decomposition", mech, {"input": "explicit"})
         if spec.rows is not None and spec.private:
             for extra in ({"mode": "fresh"}, {"mode": "reuse"}, {"mode": "reuse", "whiten": True}):
-                rel = dp.tensor_decomposition(df, ["x1", "x2", "x3"], 2, mechanism=mech, norm_bound=1.0, restarts=2,
-                                              iterations=2, **extra, **KW)
-                missing += _missing(rel, "tensor_decomposition", mech, extra)
+                for bounds in (None, BOUNDS):  # with public bounds: the directions in the data's units too
+                    scale = {"bounds": bounds} if bounds else {"norm_bound": 1.0}
+                    rel = dp.tensor_decomposition(df, ["x1", "x2", "x3"], 2, mechanism=mech, restarts=2,
+                                                  iterations=2, **scale, **extra, **KW)
+                    if bounds:
+                        assert "directions" in rel.arrays
+                    missing += _missing(rel, "tensor_decomposition", mech, {**extra, "bounds": bool(bounds)})
     unexplained = [m[:4] for m in missing if m[4] is None]
     assert not unexplained, unexplained

@@ -60,6 +60,7 @@ from spark_dp.aggregates._parquet_tasks import (
 )
 from spark_dp.aggregates._vectors import (
     VECTOR_COL,
+    Affine,
     check_nonfinite,
     schema_of,
     vector_columns,
@@ -159,6 +160,7 @@ def prepare_rows(
     seed: int = 0,
     cache: bool = True,
     partitions: int | None = None,
+    affine: Affine | None = None,
 ) -> tuple[DataFrame, int]:
     """The vectorised rows (one ``array<double>`` column), with a pass index if ``passes``.
 
@@ -173,11 +175,15 @@ def prepare_rows(
         cache: cache the frame (call ``unpersist()`` when done).
         partitions: the partition count of the shuffle and the cache; None
             (the default) takes the one rule's (:func:`vector_partitions`).
+        affine: public per-column bounds (clamp and scale to [-1, 1]), as
+            for :func:`~spark_dp.aggregates.vectorize`; the pass index then
+            hashes the scaled vector.
 
     Returns:
         ``(frame, d)``.
     """
-    frame, d = vectorize(df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit)
+    frame, d = vectorize(df, columns, dimension=dimension, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,
+                         affine=affine)
     # One partition count for the shuffle and the cache (the one rule, never
     # spark.sql.shuffle.partitions): every later pass runs that many tasks.
     n = int(partitions) if partitions is not None else vector_partitions(df, columns, d, privacy_unit)

@@ -217,7 +217,8 @@ SPEC = register(TaskSpec(
     plan=_plan,
     run=_run,
     dataset_keys={
-        **{name: SKETCH_PARAMS.validator(name, OWNER) for name in ("weight", "nulls", "unit_clipping")},
+        # bounds: refused with the reason (the weights' public bound is the fixed [-1, 1]; sketch.constraints)
+        **{name: SKETCH_PARAMS.validator(name, OWNER) for name in ("weight", "nulls", "unit_clipping", "bounds")},
         "unit_l2_bound": P.validator("unit_l2_bound", OWNER),
     },
     requires_norm_bound=False,

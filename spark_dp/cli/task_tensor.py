@@ -3,13 +3,19 @@
 The dataset is an explicit tensor (``format: tensor``, a ``.npy`` file of
 shape (d, d, d); neighbours ``tensor_entry``) or rows in a Spark format whose
 third moment Σ x^⊗3 is decomposed without forming it (neighbours
-``add_remove`` / ``replace``; ``privacy.norm_bound`` required). For a plain
+``add_remove`` / ``replace``; ``privacy.norm_bound`` required unless
+``dataset.bounds`` gives public bounds ``[lo, hi]`` in the data's units for
+every column: then B = √d, and the decomposition is that of the rows clamped
+and scaled into [-1, 1], with ``directions`` in the data's units, as
+:func:`spark_dp.tensor.api.tensor_decomposition` describes). For a plain
 Parquet dataset in ``reuse`` mode the tasks read the files themselves and
 keep the prepared rows between rounds in files the Python workers of a host
 share (``params.worker_cache_bytes`` caps that cache per host; 0 turns it off).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -91,9 +97,11 @@ def _check(config) -> None:
         if "entry_scale" in config.privacy.extra:
             raise ConfigError("The 'privacy.entry_scale' parameter applies to explicit tensors only; rows are "
                               "bounded by 'privacy.norm_bound'.")
-        if config.privacy.norm_bound is None:
-            raise ConfigError("Missing required key 'privacy.norm_bound' in the config (rows are clipped to it).")
+        _norm_bound(config)
         d = config.dataset.dimension or len(config.dataset.columns)
+    if config.dataset.extra.get("bounds") is not None and _explicit(config):
+        raise ConfigError("The 'dataset.bounds' parameter applies to rows (numeric columns) only; an explicit tensor "
+                          "(dataset.format: tensor) is bounded by 'privacy.entry_scale'.")
     if config.privacy.mode == "none" and (mech in PRIVATE or _explicit(config)):
         raise ConfigError("The 'privacy.mode' parameter may be 'none' only for a non-private mechanism on rows "
                           f"(online_power_method). Got mechanism {mech!r}"
@@ -104,12 +112,31 @@ def _check(config) -> None:
     _plan(config)  # calibration errors (epsilon too small, paper epsilon_0 >= 1) surface here
 
 
+def _norm_bound(config) -> float | None:
+    """``privacy.norm_bound``, or √d when ``dataset.bounds`` covers every column (rows; as the API resolves it)."""
+    bounds = config.dataset.extra.get("bounds")
+    if bounds == "auto":
+        raise ConfigError("The 'dataset.bounds' parameter of the config must map columns to [lo, hi] for "
+                          "tensor_decomposition; 'auto' is offered by the second-moment tasks only.")
+    names = list(config.dataset.columns or ())
+    unknown = [c for c in (bounds or {}) if c not in names]
+    if unknown:
+        raise ConfigError(f"The 'dataset.bounds' parameter of the config names {unknown[0]!r}, which is not one of "
+                          "dataset.columns.")
+    if _explicit(config) or config.privacy.norm_bound is not None:
+        return config.privacy.norm_bound
+    if bounds is None or config.dataset.dimension is not None or any(c not in bounds for c in names):
+        raise ConfigError("Missing required key 'privacy.norm_bound' in the config (rows are clipped to it; it may be "
+                          "omitted only when dataset.bounds covers every column).")
+    return math.sqrt(len(names))
+
+
 def _plan(config):
     """The release's events from the config, through the mechanism's registry entry (tensor.mechanisms)."""
     request = TensorRequest(
         epsilon=config.privacy.epsilon, delta=config.privacy.delta, k=config.params["k"], L=_p(config, "restarts"),
         R=_p(config, "iterations"), calibration=_p(config, "calibration"),
-        entry_scale=config.privacy.extra.get("entry_scale", 1.0), norm_bound=config.privacy.norm_bound,
+        entry_scale=config.privacy.extra.get("entry_scale", 1.0), norm_bound=_norm_bound(config),
         mode=_p(config, "mode"), neighbors=config.privacy.neighbors, max_rows_per_unit=config.dataset.max_rows_per_unit,
         whiten=_p(config, "whiten"), rows_per_round=_p(config, "rows_per_round"),
     )
@@ -138,6 +165,7 @@ def _run(session, config, spark):
                         schema=config.dataset.schema)
     return tensor_decomposition(
         session, df, columns=list(config.dataset.columns), norm_bound=config.privacy.norm_bound,
+        bounds=config.dataset.extra.get("bounds"),
         mode=_p(config, "mode"), rows_per_round=_p(config, "rows_per_round"), nonfinite=config.dataset.nonfinite,
         dimension=config.dataset.dimension, privacy_unit=config.dataset.privacy_unit,
         max_rows_per_unit=config.dataset.max_rows_per_unit,
@@ -157,6 +185,7 @@ SPEC = register(TaskSpec(
     plan=_plan,
     run=_run,
     privacy_keys={"entry_scale": P.validator("entry_scale", OWNER)},
+    dataset_keys={"bounds": P.validator("bounds", OWNER)},
     requires_norm_bound=False,
     formats=("tensor", *FORMATS),
     neighbors=TENSOR_NEIGHBORS,

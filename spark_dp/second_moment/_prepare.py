@@ -138,9 +138,10 @@ class Vector:
 
 def vector(owner: str, df: DataFrame, columns, dimension, *, bounds, norm_bound, constant_at, epsilon, share,
            quantile, max_rows_per_unit, neighbors, what: str = "column", clipping_share: float | None = None,
-           bounds_share: float = DEFAULT_BOUNDS_SHARE) -> Vector:
+           bounds_share: float = DEFAULT_BOUNDS_SHARE, norm_bound_auto: bool = True) -> Vector:
     """Validates the vector's definition against the schema (no Spark job), plans ``norm_bound="auto"`` and the
-    clipping report (``clipping_share``: its share of ε, None without one).
+    clipping report (``clipping_share``: its share of ε, None without one). ``norm_bound_auto``: whether the
+    caller's family offers ``norm_bound="auto"`` (the tensor family does not; its errors then do not suggest it).
     """
     names = (columns,) if isinstance(columns, str) else tuple(columns)
     d = vector_dimension(df, columns, dimension)  # schema check, no Spark job
@@ -164,7 +165,7 @@ def vector(owner: str, df: DataFrame, columns, dimension, *, bounds, norm_bound,
     if norm_bound is None:
         if bounds is None or any(c not in bounds for c in names):
             raise ConfigError(f"The 'norm_bound' parameter of {owner} is required unless every {what} has bounds; "
-                              "give a number or 'auto'.")
+                              "give a number" + (" or 'auto'." if norm_bound_auto else "."))
         norm_bound = math.sqrt(size)
     qplan = None
     if norm_bound == "auto":
@@ -262,9 +263,7 @@ class Prepared:
             if vec.auto_bounds is not None:
                 more["scaling"]["bounds"] = "auto: chosen privately, see bounds_auto"
         return {"columns": columns, "params": params, "policies": {
-            "nonfinite": self.nonfinite if vec.bounds is None else
-            f"{self.nonfinite} (with bounds: NaN/inf/null are not clamped; 'zero' sets the scaled entry to the "
-            "bounds' centre)",
+            "nonfinite": nonfinite_policy(self.nonfinite, vec.bounds is not None),
             "clipping": clipping,
             "null_privacy_unit": "rows with a null unit form one unit" if self.privacy_unit else None,
         }, **more}
@@ -277,6 +276,12 @@ class Prepared:
         """The intervals of :meth:`data_matrix`'s result; ``released`` is the matrix in the noise's units."""
         return data_matrix_uncertainty(self.vec, plan, released, norm_bound, self.postprocess, level,
                                        keep_constant=keep_constant)
+
+
+def nonfinite_policy(nonfinite: str, bounded: bool) -> str:
+    """The manifest's ``policies.nonfinite``: the policy, and with bounds what it does to a scaled entry."""
+    return nonfinite if not bounded else (f"{nonfinite} (with bounds: NaN/inf/null are not clamped; 'zero' sets the "
+                                          "scaled entry to the bounds' centre)")
 
 
 def prepare(owner, df, columns, dimension, *, constant_at, mechanism, allowed, epsilon, delta, norm_bound, bounds,

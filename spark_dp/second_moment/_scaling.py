@@ -82,6 +82,14 @@ class Scaling:
             t[j, k] = (lo + hi) / 2.0 / self.constant_value  # c times x_k = c·a_k/v
         return t
 
+    def scales(self) -> np.ndarray:
+        """h of each data column ((hi − lo)/2; 1 unbounded): the diagonal part of T, x − c = h·a per column.
+
+        A third moment has no constant column to carry the shift c (the
+        tensor family): only this diagonal scaling maps back exactly, Σ(x − c)^⊗3 = D^⊗3·Σa^⊗3 with D = diag(h).
+        """
+        return np.array([1.0 if b is None else (b[1] - b[0]) / 2.0 for b in self.bounds])
+
     def to_data_units(self, matrix: np.ndarray) -> np.ndarray:
         """T·M·Tᵀ: a second-moment matrix of the vectors, in the data's units (constant included)."""
         t = self.transform()
@@ -116,12 +124,12 @@ class Scaling:
         out = -np.delete(u, label_at, axis=1) / u[:, [label_at]]
         return out.reshape(beta.shape)
 
-    def manifest(self) -> dict:
-        """The scaling as the manifest states it."""
+    def manifest(self, results: str = "mapped back to the data's units by exact post-processing (x = T a)") -> dict:
+        """The scaling as the manifest states it (``results``: what of the release is in which units)."""
         return {
             "bounds": {c: list(b) for c, b in zip(self.columns, self.bounds, strict=True) if b is not None},
             "map": "clamp to [lo, hi], then (v - (lo+hi)/2) / ((hi-lo)/2) in [-1, 1]",
             "constant_column": None if self.constant_at is None else {"index": self.constant_at,
                                                                       "value": self.constant_value},
-            "results": "mapped back to the data's units by exact post-processing (x = T a)",
+            "results": results,
         }

@@ -131,6 +131,7 @@ def count_sketch(
     repetitions: int = 15,
     buckets: int = 65536,
     weight: str | None = None,
+    bounds: None = None,
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
     unit_clipping: str = "l1",
@@ -172,6 +173,13 @@ def count_sketch(
         buckets: b ≥ 1 (≥ 2 for count_mean).
         weight: optional numeric column; each row adds its weight clipped to
             [−1, 1] (default: 1 per row).
+        bounds: not accepted (ConfigError, nothing charged): the weights'
+            public bound is the fixed [−1, 1] above. The other families'
+            per-column ``bounds`` clamp and centre; for a sketch, divide the
+            weight column by a public bound M instead and multiply estimates
+            and intervals by M (a sketch is linear in the weights: exact
+            post-processing; undoing a centring would need the unweighted
+            counts, which are not released).
         privacy_unit: unit column (default: each row is a unit).
         max_rows_per_unit: m, rows kept per unit (``max_items_per_unit`` is
             the deprecated old name) (chosen by a keyed hash of the unit and the row's content:
@@ -287,7 +295,7 @@ class _SketchRequest:
 
 def _validate(
     session: DPSession, df: Any, columns: Any, *, epsilon: Any, delta: Any, neighbors: Any, mechanism: Any,
-    repetitions: Any, buckets: Any, weight: Any, privacy_unit: Any, max_rows_per_unit: Any, unit_clipping: Any,
+    repetitions: Any, buckets: Any, weight: Any, bounds: Any, privacy_unit: Any, max_rows_per_unit: Any, unit_clipping: Any,
     unit_l2_bound: Any, nulls: Any, nonfinite: Any, domain: Any, top: Any, threshold: Any, seeds: Any,
     candidates: Any, candidate_column: Any, levels: Any, hash_items: Any, release_id: Any, confidence: Any,
     config_sha256: Any,
@@ -295,6 +303,7 @@ def _validate(
 ) -> _SketchRequest:
     """Checks every parameter and the schema (no Spark job), draws fresh hash seeds, plans the privacy events."""
     owner = OWNER
+    SKETCH_PARAMS.check("bounds", bounds, owner=owner)  # refused, with the reason (weights are bounded by [-1, 1])
     column = _item_column(columns, owner=owner)
     max_items_per_unit = max_rows_per_unit  # one row = one item
     epsilon, delta = P.check("epsilon", epsilon, owner=owner), P.check("delta", delta, owner=owner)

@@ -37,6 +37,18 @@ def check_domain(domain: Any, *, owner: str = OWNER, name: str = "domain") -> li
     return items
 
 
+def _no_bounds(name: str, value: Any, owner: str) -> None:
+    """``bounds`` is not a sketch parameter: the weights have their own fixed public bound (the error says why)."""
+    if value is None:
+        return None
+    raise ConfigError(
+        f"The {name!r} parameter does not apply to {owner}: its one numeric input, the weight column, is clipped to "
+        "the fixed public bound [-1, 1] per row, the unit of the sketch's sensitivity. For weights in other units, "
+        "divide the column by a public bound M (e.g. F.col('w') / M) and multiply the estimates and their intervals "
+        "by M: a sketch is linear in the weights, so that is exact post-processing. A shift (the other families' "
+        "centring) is not: undoing it needs the unweighted counts, which a weighted sketch does not release.")
+
+
 #: The family's own parameters (API keyword → constraint), checked by the API and the config task alike.
 PARAMS = P.Constraints({
     "nulls": P.Options(NULL_ITEMS),
@@ -46,6 +58,7 @@ PARAMS = P.Constraints({
     "candidate_column": P.Str(),
     "hash_items": P.Bool(nullable=True),
     "domain": P.Check(lambda name, value, owner: check_domain(value, owner=owner, name=name)),
+    "bounds": P.Check(_no_bounds),  # refused with the reason: the weights' bound is fixed, [-1, 1]
 })
 
 

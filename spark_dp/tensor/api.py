@@ -43,6 +43,7 @@ from spark_dp.privacy import Budget, Chokepoint, compose_epsilon
 from spark_dp.release import Release
 from spark_dp.release.lineage import input_lineage
 from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, confidence_request, run_release
+from spark_dp.second_moment._prepare import nonfinite_policy
 from spark_dp.tensor.mechanisms import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TensorRequest, on_input
 from spark_dp.tensor.mechanisms import PARAMS as TENSOR_PARAMS
 from spark_dp.tensor.online import passes_per_component
@@ -81,6 +82,7 @@ def tensor_decomposition(
     epsilon: float | None = None,
     delta: float | None = None,
     norm_bound: float | None = None,
+    bounds: dict[str, Any] | None = None,
     neighbors: str | None = None,
     restarts: int = 20,
     iterations: int = 30,
@@ -116,7 +118,25 @@ def tensor_decomposition(
         mechanism: ``power_method``, ``online_power_method``,
             ``private_power_method`` or ``input_perturbation`` (see the module table).
         epsilon, delta: the release's (ε, δ) (private mechanisms).
-        norm_bound: B, rows clipped to ‖x‖₂ ≤ B (DataFrames; required).
+        norm_bound: B, rows clipped to ‖x‖₂ ≤ B (DataFrames; required
+            unless every column has ``bounds``: then B = √d by default).
+        bounds: public per-column bounds in the data's units,
+            ``{column: [lo, hi]}`` (numeric columns of a DataFrame; as for
+            :func:`spark_dp.second_moment.api.second_moment`, but no
+            ``"auto"``). Each value is clamped to [lo, hi] and mapped to
+            aᵢ = (xᵢ − cᵢ)/hᵢ ∈ [−1, 1], cᵢ = (lo + hi)/2, hᵢ = (hi − lo)/2,
+            so ‖a‖₂ ≤ √d and ``norm_bound`` may be omitted (the sensitivity
+            is that of B = √d). The decomposition is that of Σ a^⊗3, the
+            third moment of the scaled rows centred at the bounds'
+            midpoints: ``eigenvalues``, their intervals and ``eigenvectors``
+            are in those units. A third moment has no constant column to
+            carry the shift back (undoing it needs the first and second
+            moments, which are not released), so only the diagonal scaling
+            is mapped back, exactly: array ``directions`` (k, d) =
+            eigenvectors·diag(h) (with ``whiten``: components·diag(h)), and
+            Σ (x̄ − c)^⊗3 ≈ Σᵢ λᵢ directionsᵢ^⊗3 (with ``whiten``:
+            Σᵢ weightsᵢ·directionsᵢ^⊗3) for the clamped rows x̄, in the
+            data's units. The manifest's ``scaling`` states the map.
         neighbors: ``tensor_entry`` (explicit tensors, the default there) or
             ``add_remove`` (rows, default) / ``replace``.
         restarts: L ≥ 1. iterations: R ≥ 1.
@@ -165,7 +185,8 @@ def tensor_decomposition(
 
     Returns:
         A :class:`Release` with arrays ``eigenvalues`` (k,) and
-        ``eigenvectors`` (k, d), components in the order found.
+        ``eigenvectors`` (k, d), components in the order found (and
+        ``directions`` (k, d) with ``bounds``).
     """
     if k is None:
         raise ConfigError(f"The 'k' parameter of {OWNER} (the number of components) is required.")
@@ -209,7 +230,7 @@ def _explicit_plan(
     *, session, data, columns, mechanism, private, epsilon, delta, k, restarts, iterations, calibration, whiten,
     rows_per_round, entry_scale, privacy_unit, max_rows_per_unit, dataset_path, common, params, rng, neighbors,
     release_id, config_sha256, norm_bound, nonfinite, source_paths, worker_cache_bytes, clear_worker_cache,
-    dimension, mode, **_unused
+    dimension, mode, bounds, **_unused
 ) -> ReleasePlan:
     """The release plan on an explicit tensor (``tensor_entry`` neighbours; Alg. 1, Alg. 3, input perturbation)."""
     if whiten:
@@ -225,6 +246,9 @@ def _explicit_plan(
     if max_rows_per_unit != 1:
         raise ConfigError(f"The 'max_rows_per_unit' parameter of {OWNER} applies to rows (a DataFrame) only. "
                           f"Got {max_rows_per_unit!r} for an explicit tensor instead.")
+    if bounds is not None:
+        raise ConfigError(f"The 'bounds' parameter of {OWNER} applies to the numeric columns of rows (a DataFrame) "
+                          "only; an explicit tensor's entries are bounded by 'entry_scale'.")
     if isinstance(data, str | os.PathLike):
         dataset_path = dataset_path or os.fspath(data)
         common["dataset_path"] = dataset_path
@@ -254,15 +278,19 @@ def _rows_plan(
     *, session, data, columns, mechanism, private, epsilon, delta, k, restarts, iterations, calibration, whiten,
     rows_per_round, entry_scale, privacy_unit, max_rows_per_unit, dataset_path, common, params, rng, neighbors,
     release_id, config_sha256, norm_bound, nonfinite, source_paths, worker_cache_bytes, clear_worker_cache,
-    dimension, mode, **_unused
+    dimension, mode, bounds, **_unused
 ) -> ReleasePlan:
     """The release plan on DataFrame rows (Alg. 2 / Alg. 3 over rows; whitened with ``whiten``)."""
-    from spark_dp.aggregates import vector_dimension
     from spark_dp.aggregates.moments import third_moment_sums
 
     if columns is None:
         raise ConfigError(f"The 'columns' parameter of {OWNER} is required for rows (a DataFrame).")
-    norm_bound = P.check("norm_bound", norm_bound, owner=OWNER)
+    bounds = P.check("bounds", bounds, owner=OWNER)
+    if bounds == "auto":
+        raise ConfigError(f"The 'bounds' parameter of {OWNER} must be a mapping of column names to [lo, hi]; "
+                          "'auto' (bounds chosen from the data) is offered by the second-moment family only.")
+    if norm_bound is not None or bounds is None:
+        norm_bound = P.check("norm_bound", norm_bound, owner=OWNER)
     P.check("nonfinite", nonfinite, owner=OWNER)
     P.check("privacy_unit", privacy_unit, owner=OWNER)
     max_rows_per_unit = P.check("max_rows_per_unit", max_rows_per_unit, owner=OWNER)
@@ -272,29 +300,35 @@ def _rows_plan(
     if worker_cache_bytes is not None:
         worker_cache_bytes = TENSOR_PARAMS.check("worker_cache_bytes", worker_cache_bytes, owner=OWNER)
     TENSOR_PARAMS.check("clear_worker_cache", clear_worker_cache, owner=OWNER)
-    d = vector_dimension(data, columns, dimension)  # schema check, no Spark job
+    vec = _vector(data, columns, dimension, bounds, norm_bound, max_rows_per_unit, neighbors)  # schema, no job
+    d, norm_bound, affine = vec.size, float(vec.norm_bound), vec.affine(float(vec.norm_bound))
     k, L, R = check_counts(k, restarts, iterations, d, owner=OWNER, names=("restarts", "iterations"))
     eigen_pass = private
     passes = k * passes_per_component(R, eigen_pass) if mode == "fresh" else None
     params = {**params, "mode": mode, "rows_per_round": rows_per_round}
     request = {**common, "columns": columns, "dimension": d, "params": params, "norm_bound": norm_bound,
-               "nonfinite": nonfinite, "privacy_unit": privacy_unit, "max_rows_per_unit": max_rows_per_unit}
-    extra = {"columns": columns, "params": params, "dimension": d, "policies": {
-        "nonfinite": nonfinite, "clipping": f"rows scaled to L2 norm <= {norm_bound:g}",
+               "nonfinite": nonfinite, "privacy_unit": privacy_unit, "max_rows_per_unit": max_rows_per_unit,
+               # only when given, so a request without bounds keeps its digest (and release id)
+               **({"bounds": {c: list(b) for c, b in vec.bounds.items()}} if vec.bounds else {})}
+    extra = {"columns": columns, "params": params, "dimension": d, **_scaling_manifest(vec), "policies": {
+        "nonfinite": nonfinite_policy(nonfinite, vec.bounds is not None),
+        "clipping": f"rows scaled to L2 norm <= {norm_bound:g}",
         "passes": "each row assigned to one pass by pmod(xxhash64(seed, row), passes)" if mode == "fresh"
                   else "every pass reads all rows",
         "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
     }}
     source = _RowsSource(data, columns, dimension=dimension, privacy_unit=privacy_unit,
                          max_rows_per_unit=max_rows_per_unit, passes=None, mode=mode, source_paths=source_paths,
-                         cache_bytes=worker_cache_bytes, clear_cache=clear_worker_cache)
+                         cache_bytes=worker_cache_bytes, clear_cache=clear_worker_cache, affine=affine)
     on = on_input(mechanism, explicit=False)  # the registry entry (tensor.mechanisms.REGISTRY)
     req = TensorRequest(epsilon=epsilon, delta=delta, k=k, L=L, R=R, calibration=calibration, norm_bound=norm_bound,
                         mode=mode, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit, whiten=whiten,
                         rows_per_round=rows_per_round)
+    scales = vec.scaling(norm_bound).scales() if vec.bounds else None
     if whiten:
         return _whitened_plan(session, source, on, req, release_id=release_id, request=request, extra=extra,
-                              mechanism=mechanism, d=d, nonfinite=nonfinite, rng=rng, config_sha256=config_sha256)
+                              mechanism=mechanism, d=d, nonfinite=nonfinite, rng=rng, config_sha256=config_sha256,
+                              scales=scales)
     if on.plan is not None:
         plan = on.plan(req)
     source.passes, source.seed = passes, int(rng.integers(0, 2**62))
@@ -313,7 +347,8 @@ def _rows_plan(
                 return on.run(moments_of(frame), d, req, None, None, rng)
             finally:
                 source.release(frame)
-        return _public_plan(session, release_id, request, extra, mechanism, run, config_sha256)
+        return _public_plan(session, release_id, request, extra, mechanism, run, config_sha256,
+                            payload=lambda dec: with_directions(Noised(_payload(dec)), scales).arrays)
 
     def noise(frame: DataFrame, cp: Chokepoint) -> Noised:
         # The passes are adaptive (each depends on the previous noisy output), so
@@ -323,7 +358,7 @@ def _rows_plan(
             dec = on.run(moments_of(frame), d, req, plan, cp, rng)
         finally:
             source.release(frame)
-        return _noised(on, dec, req, plan, request)
+        return with_directions(_noised(on, dec, req, plan, request), scales)
 
     privacy = {**on.privacy(plan, req), "norm_bound": norm_bound, "privacy_unit": privacy_unit or "row",
                "max_rows_per_unit": max_rows_per_unit}
@@ -337,11 +372,13 @@ class _RowsSource:
     ``reuse`` mode over plain Parquet files (``source_paths``, or detected
     from the frame: :mod:`spark_dp.aggregates._scan`) reads them in
     the tasks with the worker block cache; everything else (``fresh`` mode's
-    pass index, privacy units, other sources) caches the vectorised frame.
+    pass index, privacy units, public ``bounds`` (``affine``: clamped and
+    scaled in the Spark expression), other sources) caches the vectorised frame.
     """
 
     def __init__(self, data, columns, *, dimension, privacy_unit, max_rows_per_unit, passes, mode, source_paths,
-                 cache_bytes, clear_cache) -> None:
+                 cache_bytes, clear_cache, affine=None) -> None:
+        self.affine = affine
         self.data, self.columns, self.dimension = data, columns, dimension
         self.privacy_unit, self.max_rows_per_unit = privacy_unit, max_rows_per_unit
         self.passes, self.seed, self.mode = passes, 0, mode
@@ -352,7 +389,7 @@ class _RowsSource:
         from spark_dp.aggregates.moments import parquet_rows, prepare_rows
 
         # Given, or detected when the data is a plain Parquet scan (aggregates/_scan.py).
-        paths = None if self.mode != "reuse" else choose_source_paths(
+        paths = None if self.mode != "reuse" or self.affine is not None else choose_source_paths(
             self.data, self.columns, self.source_paths, owner=OWNER,
             unsupported="privacy_unit needs a shuffle" if self.privacy_unit else None)
         if paths:
@@ -362,7 +399,8 @@ class _RowsSource:
             if rows is not None:
                 return rows
         return prepare_rows(self.data, self.columns, dimension=self.dimension, privacy_unit=self.privacy_unit,
-                            max_rows_per_unit=self.max_rows_per_unit, passes=self.passes, seed=self.seed)[0]
+                            max_rows_per_unit=self.max_rows_per_unit, passes=self.passes, seed=self.seed,
+                            affine=self.affine)[0]
 
     def release(self, frame) -> None:
         from spark_dp.aggregates.moments import ParquetRows, clear_worker_cache
@@ -373,7 +411,7 @@ class _RowsSource:
 
 
 def _whitened_plan(session, source, on, req, *, release_id, request, extra, mechanism, d, nonfinite, rng,
-                   config_sha256) -> ReleasePlan:
+                   config_sha256, scales=None) -> ReleasePlan:
     """Whitened decomposition over rows (see :mod:`spark_dp.tensor.whiten`), by the mechanism's ``run_whitened``."""
     from spark_dp.aggregates.moments import second_moment_sums, third_moment_sums
 
@@ -402,7 +440,8 @@ def _whitened_plan(session, source, on, req, *, release_id, request, extra, mech
                 return on.run_whitened(moments_of(frame), M2, n, req, None, None, rng)
             finally:
                 source.release(frame)
-        return _public_plan(session, release_id, request, extra, mechanism, run, config_sha256, payload=payload)
+        return _public_plan(session, release_id, request, extra, mechanism, run, config_sha256,
+                            payload=lambda w: with_directions(Noised(payload(w)), scales).arrays)
 
     def compute():
         frame = prepare()
@@ -412,7 +451,8 @@ def _whitened_plan(session, source, on, req, *, release_id, request, extra, mech
         frame, gram = exact
         try:
             w = on.run_whitened(moments_of(frame), gram, None, req, plan, cp, rng)
-            return Noised(payload(w), uncertainty=on.uncertainty(w, req, plan, confidence_of(request)))
+            return with_directions(Noised(payload(w), uncertainty=on.uncertainty(w, req, plan, confidence_of(request))),
+                                   scales)
         finally:
             source.release(frame)
 
@@ -420,6 +460,50 @@ def _whitened_plan(session, source, on, req, *, release_id, request, extra, mech
                "max_rows_per_unit": req.max_rows_per_unit, "whiten": True}
     return _private_plan(session, plan, release_id, request, extra, mechanism, compute, noise, privacy,
                          req.neighbors, req.epsilon, req.delta, config_sha256)
+
+
+def _vector(data, columns, dimension, bounds, norm_bound, max_rows_per_unit, neighbors):
+    """The rows' vector as the second-moment family defines it (``_prepare.vector``: bounds against the schema,
+    B = √d when every column is bounded), without its constant column (a third moment has none: ``directions``).
+    """
+    from spark_dp.second_moment._prepare import vector
+
+    return vector(OWNER, data, columns, dimension, bounds=bounds, norm_bound=norm_bound, constant_at=None,
+                  epsilon=0.0, share=0.0, quantile=0.0, max_rows_per_unit=max_rows_per_unit, neighbors=neighbors,
+                  norm_bound_auto=False)
+
+
+def _scaling_manifest(vec) -> dict:
+    """The manifest's ``scaling`` with bounds: the map, and which arrays are in which units."""
+    if not vec.bounds:
+        return {}
+    return {"scaling": vec.scaling(1.0).manifest(results=(
+        "eigenvalues (and their intervals), eigenvectors, components and weights: of the third moment of the scaled "
+        "rows a = (clamp(x) - c)/h (centred at the bounds' midpoints c); directions = vectors * h (per column): "
+        "sum (clamp(x) - c)^3 ~ sum_i lambda_i directions_i^3 in the data's units (exact post-processing: the "
+        "diagonal scaling; the shift c is not undone, as that needs the first and second moments)"))}
+
+
+def with_directions(noised: Noised, scales: np.ndarray | None) -> Noised:
+    """With bounds: adds ``directions`` = the released vectors · diag(h), in the data's units (exact post-processing).
+
+    The vectors are ``components`` when whitened, else ``eigenvectors``
+    (unit vectors, whose trivial bound [−1, 1] becomes [−hⱼ, hⱼ]; the whitened
+    components have no finite bound, nor then have their directions).
+    """
+    if scales is None:
+        return noised
+    from spark_dp.release.uncertainty import Uncertainty
+    from spark_dp.tensor.private import NO_VECTOR_BOUND
+
+    source = "components" if "components" in noised.arrays else "eigenvectors"
+    directions = np.asarray(noised.arrays[source], dtype=np.float64) * scales
+    unc = dict(noised.uncertainty)
+    if source == "eigenvectors" and source in unc:
+        h = np.broadcast_to(scales, directions.shape)
+        unc["directions"] = Uncertainty(-h, h.copy(), None, NO_VECTOR_BOUND + "; directions = eigenvectors * h, so "
+                                        "entry j lies in [-h_j, h_j]", kind="bound")
+    return dataclasses.replace(noised, arrays={**noised.arrays, "directions": directions}, uncertainty=unc)
 
 
 def _private_plan(session, plan, release_id, request, extra, mechanism, compute, noise, privacy, neighbors,
