@@ -215,30 +215,29 @@ def magnitude_scores(counts: np.ndarray) -> np.ndarray:
     """
     counts = np.asarray(counts, dtype=np.float64)
     at_most = np.cumsum(counts)[:-1]
-    i = np.arange(NORM_GRID.size)
-    inside = at_most[_ZERO + 1 + i] - at_most[_ZERO - 1 - i]
+    inside = at_most[_ZERO + 1 :] - at_most[_ZERO - 1 :: -1]  # #{x ≤ M} − #{x ≤ −M}
     return np.abs(inside - BOUNDS_QUANTILES[1] * counts.sum())
 
 
-def inner_candidates(i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Step 2's intervals inside [−M, M], M = NORM_GRID[i]: (low, high) indices into :data:`VALUE_GRID` and whether
-    the interval is [l, M] (its low was selected) — first [l, M] for l = −M … below M, then [−M, h] for h above −M … M.
+def inner_candidates(i: int) -> tuple[np.ndarray, np.ndarray]:
+    """Step 2's intervals inside [−M, M], M = NORM_GRID[i], as (low, high) indices into :data:`VALUE_GRID`: first
+    [l, M] for l = −M … below M (their low is selected), then [−M, h] for h above −M … M (their high is).
     """
     top, bottom = _ZERO + 1 + i, _ZERO - 1 - i
     size = top - bottom
-    low = np.concatenate([np.arange(bottom, top), np.full(size, bottom)])
-    high = np.concatenate([np.full(size, top), np.arange(bottom + 1, top + 1)])
-    return low, high, np.arange(2 * size) < size
+    return (np.concatenate([np.arange(bottom, top), np.full(size, bottom)]),
+            np.concatenate([np.full(size, top), np.arange(bottom + 1, top + 1)]))
 
 
-def inner_scores(counts: np.ndarray, low: np.ndarray, high: np.ndarray, low_selected: np.ndarray) -> np.ndarray:
-    """Scores of step 2's intervals (:func:`inner_candidates`): |#{x ≤ l} − 0.05·n| for [l, M], |#{x > h} − 0.05·n|
-    for [−M, h].
+def inner_scores(counts: np.ndarray, i: int) -> np.ndarray:
+    """Scores of step 2's intervals (:func:`inner_candidates`, same order): |#{x ≤ l} − 0.05·n| for [l, M],
+    |#{x > h} − 0.05·n| for [−M, h].
     """
     counts = np.asarray(counts, dtype=np.float64)
     at_most = np.cumsum(counts)[:-1]
     n, alpha = counts.sum(), BOUNDS_QUANTILES[0]
-    return np.where(low_selected, np.abs(at_most[low] - alpha * n), np.abs(n - at_most[high] - alpha * n))
+    top, bottom = _ZERO + 1 + i, _ZERO - 1 - i
+    return np.abs(np.concatenate([at_most[bottom:top] - alpha * n, (1 - alpha) * n - at_most[bottom + 1 : top + 1]]))
 
 
 def private_bounds(chokepoint, plan: BoundsPlan, counts: np.ndarray) -> dict[str, tuple[float, float]]:
@@ -255,8 +254,7 @@ def private_bounds(chokepoint, plan: BoundsPlan, counts: np.ndarray) -> dict[str
         # 1. M: the candidates above the data all score 0.05·n; the smallest of them (next to the data) wins the tie.
         i = int(sampler.noisy_min_index(magnitude_scores(row) + m_penalty, scale, sens))
         # 2. [l, M] or [−M, h]: the narrowest of the tied candidates beyond the data (next to it) wins.
-        low, high, low_selected = inner_candidates(i)
-        scores = inner_scores(row, low, high, low_selected) + WIDTH_PENALTY * scale * (high - low - 1)
-        k = int(sampler.noisy_min_index(scores, scale, sens))
+        low, high = inner_candidates(i)
+        k = int(sampler.noisy_min_index(inner_scores(row, i) + WIDTH_PENALTY * scale * (high - low - 1), scale, sens))
         out[col] = (float(VALUE_GRID[low[k]]), float(VALUE_GRID[high[k]]))
     return out
