@@ -6,9 +6,10 @@ seeded sampler (reproducible; the law is the private sampler's), ``reps``
 draws per case. Prints, per case, the 2nd / 50th / 98th percentile of the low
 and high bound, the median share of the column's values outside [low, high]
 and how often low < high. Cases: the issue's small ones (8 values in [1, 2] at
-ε = 8: the default share 0.1, and all of ε on the bounds; d = 1) and columns
-of 200 … 50,000 rows at ε = 1 with the default share (d = 3 columns, so
-ε/(2d) = 1/60 of ε·share per selection).
+ε = 8: the default share 0.1, and all of ε on the bounds; d = 1) 200 rows
+with all of ε = 1 on one column's bounds, and columns of 200 … 50,000 rows
+at ε = 1 with the default share (d = 3 columns, so each selection gets
+ε·share/(2d) = 1/60).
 
     PYTHONPATH=. python benchmarks/bounds_auto_small_n.py [--reps 300]
 """
@@ -37,6 +38,7 @@ def cases(rng):
     small = rng.uniform(1, 2, 8)
     out = [("8 in [1, 2], eps 8, share 0.1 (d=1)", small, 0.8, 1),
            ("8 in [1, 2], eps 8, all on bounds (d=1)", small, 8.0, 1)]
+    out.append(("200 U[1e3, 2e4], eps 1 all on bounds (d=1)", rng.uniform(1e3, 2e4, 200), 1.0, 1))
     for n in (200, 2_000, 5_000, 20_000, 50_000):
         out.append((f"{n} U[1e3, 2e4], eps 1, share 0.1 (d=3)", rng.uniform(1e3, 2e4, n), 0.1, 3))
     for n in (200, 2_000, 50_000):
