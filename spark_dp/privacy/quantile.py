@@ -34,28 +34,31 @@ such selections per column, at ε/(2p) each over the signed grid
 
 1. the magnitude M, the 0.95 quantile of |x| over the candidates 2^(j/4)
    (scores |#{x : −c < x ≤ c} − 0.95·n|), like the symmetric bound [−M, M]
-   of Tumult Analytics' ``get_bounds`` (which takes the first power of two
-   whose noisy prefix count passes a noisy threshold; we select over the
-   finer grid by the exponential mechanism);
+   of Tumult Analytics' ``get_bounds`` (tumult-core's
+   ``create_bounds_measurement``: the first power of two whose noisy prefix
+   count of |x| passes a noisy threshold, by the sparse vector technique);
+   we select over the finer grid by the exponential mechanism;
 2. inside [−M, M], one of the intervals [l, M] (l the 0.05 quantile of x,
    scores |#{x ≤ l} − 0.05·n|) or [−M, h] (h the 0.95 quantile, scores
    |#{x > h} − 0.05·n|): one selection over both families, so a column on
    one side of 0 gets its inner bound and a column around 0 either.
 
-Each selection's candidates beyond the data all score alike (0.05·n), so a
-public penalty breaks the ties, a base measure fixed before any data is
-seen: per grid step of M, scale/8 up to M = 1 and scale/4 above (towards
-the smallest M, 2^(−20), i.e. towards the grid's centre 0: the candidates
-above the data lose to the smallest one covering it; the gentler slope below
-1 lets a few rows of size ~1 outweigh the 80 steps from 2^(−20)), and scale/8
-per grid step of the interval's width (towards the narrow ones: the inner
-bound's ties below / above the data lose to the one next to it). Step 2's candidate set and penalty depend only on M, a private output,
-so the pair is 2·ε/(2p)-DP by adaptive sequential composition of pure DP;
-the scores of both steps are counts minus a share of n, with the
-sensitivity above. Low < high by construction, and both are candidates of
-:data:`VALUE_GRID`. With too few rows for the selection to see the data
-(scale 2Δ/ε_each against 0.95·n and 0.05·n), the penalties win and the
-bounds shrink towards 0, never to the grid's ends. The 2p selections are
+Every count is of rows each in or out of it, so the scores have the
+sensitivity derived above (m·0.95 add/remove, m replace). Each selection's
+candidates beyond the data all score alike (0.05·n), so a public penalty
+breaks the ties, a base measure fixed before any data is seen: per grid
+step of M, scale/8 up to M = 1 and scale/4 above, towards the smallest M
+(2^(−20), i.e. towards the grid's centre 0: the candidates above the data
+lose to the smallest one covering it; with the gentler slope below 1, eight
+values in [1, 2] with all of ε = 8 on their bounds pay 11 noise scales of
+penalty, not 21, and are found), and scale/8 per grid step of the interval's width (towards the
+narrow ones: the inner bound's ties below / above the data lose to the one
+next to it). Step 2's candidate set and penalty depend only on M, a
+private output, so the pair is 2·ε/(2p)-DP by adaptive sequential
+composition of pure DP. Low < high by construction, and both are candidates
+of :data:`VALUE_GRID`. With too few rows for the selection to see the data
+(noise scale 2Δ/ε_each against 0.95·n and 0.05·n), the penalties win and
+the bounds shrink towards 0, never to the grid's ends. The 2p selections are
 charged as one event ``exponential_quantile_bounds`` (ε, 0).
 """
 
