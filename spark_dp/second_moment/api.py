@@ -321,12 +321,14 @@ def second_moment(
             ``projection="rows"``.
         clipping_report_share: its share of ε (default 0.05).
         bounds_share: with ``bounds="auto"`` (opt-in), each column's bounds
-            are chosen privately from the data instead: its 0.05 and 0.95
-            quantiles, each by the exponential mechanism over the public
-            grid −2^(j/4), 0, 2^(j/4) (j = −80 … 160; Smith 2011, OpenDP's
-            quantile scores and noisy max; a public penalty per grid step
-            outwards, :func:`spark_dp.privacy.quantile.private_bounds`) at
-            ε·``bounds_share``/(2d), all
+            are chosen privately from the data instead: two selections by
+            the exponential mechanism over the public grid −2^(j/4), 0,
+            2^(j/4) (j = −80 … 160; Smith 2011, OpenDP's quantile scores
+            and noisy max) at ε·``bounds_share``/(2d) each — the magnitude
+            M (0.95 quantile of |x|), then [l, M] or [−M, h] (l, h the 0.05
+            / 0.95 quantiles), with public penalties towards 0 and towards
+            narrow intervals
+            (:func:`spark_dp.privacy.quantile.private_bounds`) — all
             2d charged as one (ε·``bounds_share``, 0) event of the same
             release (basic composition of pure DP; the mechanism gets the
             rest). Every column is then bounded, so ``norm_bound`` may be
