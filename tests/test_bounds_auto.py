@@ -199,3 +199,29 @@ def test_config_plans_the_same_events(tmp_path, monkeypatch):
     events, config = planned_events(raw)
     assert [e.kind for e in events] == ["epsilon_delta", "gaussian"]
     assert events[0].epsilon == pytest.approx(0.2 * config.privacy.epsilon)
+
+
+def test_bounds_collapsed_to_zero_are_flagged_in_the_manifest_the_log_and_the_report(spark, tmp_path, caplog):
+    """200 rows at ε = 1 (share 0.1, 3 columns): the selection cannot see the data and the public pull towards 0
+    wins; the release says so (post-processing of the chosen bounds) instead of looking precise."""
+    from spark_dp.report import write_report
+
+    rng = np.random.default_rng(8)
+    pdf = pd.DataFrame({"x1": rng.uniform(1e3, 2e4, 200), "x2": rng.uniform(1e3, 2e4, 200)})
+    pdf["y"] = pdf.x1 + pdf.x2
+    df = spark.createDataFrame(pdf)
+    with caplog.at_level("WARNING", logger="spark_dp"):
+        rel = api.linear_regression(_session(tmp_path, "t.few"), df, ["x1", "x2"], "y", epsilon=1.0, delta=1e-6,
+                                    bounds="auto")
+    chosen = rel.manifest["bounds_auto"]["bounds"]
+    assert all(max(abs(lo), abs(hi)) < 1e-4 for lo, hi in chosen.values()), chosen
+    warning = rel.manifest["bounds_auto"]["warning"]
+    assert "x1" in warning and "give public bounds" in warning and warning in caplog.text
+    report = write_report(rel, out=str(tmp_path / "report.md"))
+    assert "Accuracy warning" in open(report.path).read()
+    # enough rows: the bounds find the data and nothing is flagged
+    many = pd.DataFrame({"x1": rng.uniform(1e3, 2e4, 50000)})
+    many["y"] = 2 * many.x1 + rng.normal(0, 100, len(many))
+    rel = api.linear_regression(_session(tmp_path, "t.many"), spark.createDataFrame(many), ["x1"], "y", epsilon=1.0,
+                                delta=1e-6, bounds="auto")
+    assert "warning" not in rel.manifest["bounds_auto"], rel.manifest["bounds_auto"]

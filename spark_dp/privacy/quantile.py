@@ -149,6 +149,31 @@ WIDTH_PENALTY = 1 / 8
 _UNIT = int(np.flatnonzero(NORM_GRID == 1.0)[0])  # 80
 
 
+#: A chosen bound this close to 0 (within 16 grid steps of the smallest magnitude 2^(−20)) is where the penalty
+#: towards 0 wins when the selection could not see the data: :func:`collapsed_columns`.
+COLLAPSED = 2.0 ** -16
+
+
+def collapsed_columns(bounds: dict[str, tuple[float, float]]) -> list[str]:
+    """The columns whose chosen [low, high] lies within ±:data:`COLLAPSED` (post-processing of the selection).
+
+    That is the public base measure's favourite: with too few rows for the ε
+    share (0.05·n not well above the noise scale 2Δ/ε_each) the selection
+    lands there whatever the data, and every value is then clamped to about 0.
+    Only a column whose values really are that small gives it otherwise.
+    """
+    return [c for c, (lo, hi) in bounds.items() if max(abs(lo), abs(hi)) <= COLLAPSED]
+
+
+def collapse_warning(plan: "BoundsPlan", columns: list[str]) -> str:
+    """The release's warning for :func:`collapsed_columns` (names the columns, the scale and what to do)."""
+    return (f"bounds='auto' chose bounds within ±{COLLAPSED:.2g} for {', '.join(columns)}: the selection's public "
+            f"pull towards 0 won, as it does when too few rows meet the epsilon share (0.05·n must be well above the "
+            f"noise scale {plan.scale:.3g} of each selection). Unless these columns' values really are that small, "
+            "every value was clamped to about 0 and the release says little about them: give public bounds, or "
+            "raise bounds_share or epsilon.")
+
+
 def magnitude_penalty() -> np.ndarray:
     """The public penalty of each candidate M (one per :data:`NORM_GRID` entry), in noise scales: 1/8 per grid
     step from the smallest candidate up to 1, then 1/4 per step (0 at 2^(−20), 10 at 1, 10 + 40 = 50 at 2^40).

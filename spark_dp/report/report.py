@@ -347,6 +347,8 @@ def write_report(release: Release | str, *, out: str | None = None) -> Report:
     head += [f"| {k} | {_fmt(v)} |" for k, v in priv.items()]
     if not_private:
         head += ["", warning]
+    if (bounds_warning := (m.get("bounds_auto") or {}).get("warning")):  # the chosen bounds collapsed to ~0
+        head += ["", f"> **Accuracy warning:** {bounds_warning}"]
     body = ["", "## Payload", "", "| array | shape |", "|---|---|"]
     body += [f"| {n} | {tuple(np.shape(a))} |" for n, a in sorted(rel.arrays.items())]
     body += uncertainty_section(rel)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,13 @@ from spark_dp.aggregates.gram import gram_matrix_parquet
 from spark_dp.aggregates.norms import value_counts
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Budget, Chokepoint
-from spark_dp.privacy.quantile import VALUE_GRID, private_bounds, private_quantile
+from spark_dp.privacy.quantile import (
+    VALUE_GRID,
+    collapse_warning,
+    collapsed_columns,
+    private_bounds,
+    private_quantile,
+)
 from spark_dp.release import Release
 from spark_dp.release.lineage import input_lineage
 from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, run_release
@@ -75,6 +82,7 @@ from spark_dp.second_moment.uncertainty import adassp_uncertainty, pca_uncertain
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
 
+log = logging.getLogger("spark_dp")
 #: The keyword parameters every family function passes to :func:`prepare` unchanged (API name → prepare's).
 _SHARED = {name: name for name in (
     "mechanism", "epsilon", "delta", "norm_bound", "neighbors", "postprocess", "nonfinite", "max_rows_per_unit",
@@ -166,13 +174,18 @@ def _release(
     def noise(summary, cp: Chokepoint) -> Noised:
         if vec.auto_bounds is not None:
             chosen_bounds = private_bounds(cp, vec.auto_bounds, summary)
+            collapsed = collapsed_columns(chosen_bounds)
+            warning = {} if not collapsed else {"warning": collapse_warning(vec.auto_bounds, collapsed)}
+            if collapsed:
+                log.warning("%s", warning["warning"])
             norm_bound = float(vec.norm_bound)
             chosen_vec = vec.with_bounds(chosen_bounds)
             noised = noised_with_report(exact(norm_bound, chosen_vec), cp, norm_bound, plan,
                                         dataclasses.replace(prep, vec=chosen_vec))
             return Noised(noised.arrays, {**noised.manifest, "scaling": chosen_vec.scaling(norm_bound).manifest(),
                                           "bounds_auto": {**vec.auto_bounds.manifest(), "bounds": {
-                                              c: list(b) for c, b in chosen_bounds.items()}}}, noised.uncertainty)
+                                              c: list(b) for c, b in chosen_bounds.items()}, **warning}},
+                          noised.uncertainty)
         if vec.quantile is None:
             return noised_with_report(summary, cp, float(vec.norm_bound), plan)
         chosen_q = private_quantile(cp, vec.quantile, summary, vec.grid())
