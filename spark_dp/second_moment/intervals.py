@@ -91,10 +91,17 @@ def _symmetric_noise(rng: np.random.Generator, draws: int, p: int, sigma: float)
 
 
 def _solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each a⁻¹b, the pseudo-inverse's solution for the exactly singular ones (a ``psd`` projection makes some)."""
     try:
         return np.linalg.solve(a, b[..., None])[..., 0]
     except np.linalg.LinAlgError:
-        return (np.linalg.pinv(a) @ b[..., None])[..., 0]
+        if a.ndim == 2:
+            return np.linalg.pinv(a) @ b
+    singular = np.linalg.slogdet(a)[0] == 0  # the others solve as above, in one batch
+    out = np.empty(b.shape)
+    out[~singular] = np.linalg.solve(a[~singular], b[~singular][..., None])[..., 0]
+    out[singular] = (np.linalg.pinv(a[singular]) @ b[singular][..., None])[..., 0]
+    return out
 
 
 def regression_bootstrap(
