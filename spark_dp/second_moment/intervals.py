@@ -453,12 +453,12 @@ def _measured(mechanism: str, post: str, through_origin: bool, *, raw: bool) -> 
     if mechanism == "wishart":
         return "0.93-0.96 at n = 20,000; conservative (up to 1.00) at n = 2,000, where the noise dominates X^T X"
     if mechanism == "jl_ridge":
-        return "coefficients 0.95-0.97; the intercept 0.915-0.97, below 0.93 at n = 20,000, eps = 1"
+        return "coefficients 0.948-0.973; the intercept 0.915-0.968, below 0.93 at n = 20,000, eps = 1"
     if mechanism == "inverse_wishart":
         return ("coefficients 0.93-0.975; the intercept under-covers in two of four settings (0.87 and 0.90, "
                 "100 releases each)")
-    if through_origin:
-        return "0.93-0.96"
+    if through_origin and post == "none":
+        return "0.929-0.956"
     if post == "shift":
         return ("under-covers, 0.91-0.94: the shift's ridge bias is only partly corrected (worked example in "
                 "docs/accuracy.md)")
