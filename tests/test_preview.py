@@ -341,3 +341,17 @@ def test_preview_of_a_bounded_second_moment_is_the_release_in_data_units(frames,
     u = rel.uncertainty["matrix"]
     assert np.allclose(p.accuracy["stderr_matrix"], u.stderr, rtol=1e-9)
     assert np.allclose(p.accuracy["half_width_matrix"], (u.high - u.low) / 2, rtol=1e-9)
+
+
+def test_preview_of_a_bounded_adassp_regression_is_the_release_in_data_units(frames, tmp_path):
+    """AdaSSP with bounds: X^T X and X^T y in the data's units (T·N·Tᵀ with σ₂, σ₃): the release's to 1e-9."""
+    dp = _session(tmp_path)
+    kw = dict(epsilon=1.0, delta=1e-6, mechanism="adassp", bounds={"a": (-10.0, 10.0), "b": (0.0, 500.0),
+                                                                  "y": (-3.0, 3.0)})
+    p = dp.preview.linear_regression(frames, ["a", "b"], "y", **kw)
+    assert p.accuracy["predicted"] is True and p.accuracy["coefficients"]["exact"] is False
+    rel = dp.linear_regression(frames, ["a", "b"], "y", **kw)
+    for name in ("xtx", "xty"):
+        u = rel.uncertainty[name]
+        assert np.allclose(p.accuracy[f"half_width_{name}"], (u.high - u.low) / 2, rtol=1e-9, atol=0)
+        assert np.allclose(p.accuracy[f"stderr_{name}"], u.stderr, rtol=1e-9, atol=0)

@@ -370,7 +370,7 @@ def _public_scaling(task: str, request: Mapping[str, Any], scaling: Mapping[str,
 def _data_units(task: str, mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
                 scaling: Mapping[str, Any], level: float, scaled: Mapping[str, Any]) -> dict[str, Any] | None:
     """The prediction in the data's units with public bounds, where the release's error bars do not depend on the
-    data (Analyze Gauss and Wishart: additive noise); None otherwise.
+    data (Analyze Gauss and Wishart: additive noise; AdaSSP's X^T X and X^T y); None otherwise.
 
     The release maps its matrix back by the public affine map T (T·M·Tᵀ) and
     computes the intervals of the mapped noise with
@@ -382,15 +382,31 @@ def _data_units(task: str, mechanism: str, request: Mapping[str, Any], privacy: 
     the scaled-unit first-order prediction mapped through the exact linear
     map of the coefficients (approximate, as that prediction is).
     """
-    if mechanism not in ("analyze_gauss", "wishart"):
+    if mechanism not in ("analyze_gauss", "wishart", "adassp"):
         return None
     sc = _public_scaling(task, request, scaling)
     if sc is None or sc.size > 64:  # wide bounded matrices: the per-entry prediction is not listed
         return None
-    from spark_dp.second_moment.uncertainty import drop_index, matrix_uncertainty, pca_uncertainty
+    from spark_dp.second_moment.uncertainty import (
+        adassp_sums_uncertainty,
+        drop_index,
+        matrix_uncertainty,
+        pca_uncertainty,
+    )
 
     B, params, t, k = float(request["norm_bound"]), request.get("params", {}), sc.transform(), sc.constant_at
     zeros = np.zeros((sc.size, sc.size))
+    if mechanism == "adassp":  # X^T X and X^T y: the release's own exact Gaussian intervals in the data's units
+        q = sc.size - 1
+        sums = adassp_sums_uncertainty(zeros[:q, :q], zeros[:q, q], privacy["noise_scale"], level, transform=t)
+        out = {"units": "the data's (bounds given: the noise mapped back through the public scaling T, exact)"}
+        for name, u in sums.items():
+            out[f"stderr_{name}"] = u.stderr.tolist()
+            out[f"half_width_{name}"] = ((u.high - u.low) / 2).tolist()
+        out["method"] = sums["xtx"].method + " (the release's own function on the plan's public fields: exact)"
+        if request.get("fit_intercept") and scaled.get("per_coefficient"):
+            out["coefficients"] = _coefficients_in_data_units(sc, scaled, level)
+        return out
     u = matrix_uncertainty(mechanism, privacy, params, zeros, B, level, transform=t)
     if task != "linear_regression":
         u = drop_index(u, k)
