@@ -23,6 +23,7 @@ sys.path.insert(0, ROOT)
 from tests._coverage import (  # noqa: E402
     adassp_coverage,
     input_perturbation_coverage,
+    regression_coverage,
     second_moment_coverage,
     sketch_coverage,
     tensor_coverage,
@@ -30,6 +31,21 @@ from tests._coverage import (  # noqa: E402
 )
 
 DOC = os.path.join(ROOT, "docs", "accuracy.md")
+#: (mechanism, parameters, fit_intercept, bounds, label) of the regression rows
+REGRESSION_ROWS = (
+    ("analyze_gauss", {}, True, True, "Analyze Gauss"),
+    ("analyze_gauss", {"postprocess": "shift"}, True, True, "Analyze Gauss, shift"),
+    ("analyze_gauss", {"postprocess": "psd"}, True, True, "Analyze Gauss, psd"),
+    ("wishart", {}, True, True, "Wishart"),
+    ("wishart", {"postprocess": "psd"}, True, True, "Wishart, psd"),
+    ("jl_ridge", {}, True, True, "JL"),
+    ("jl_ridge", {"postprocess": "psd"}, True, True, "JL, psd"),
+    ("inverse_wishart", {}, True, True, "inverse-Wishart"),
+    ("analyze_gauss", {}, False, True, "Analyze Gauss, through the origin"),
+    ("wishart", {}, False, True, "Wishart, through the origin"),
+    ("analyze_gauss", {}, False, False, "Analyze Gauss, through the origin, raw rows"),
+    ("jl_ridge", {}, False, False, "JL, through the origin, raw rows"),
+)
 BEGIN, END = "<!-- coverage:begin -->", "<!-- coverage:end -->"
 
 
@@ -71,6 +87,20 @@ def rows(reps: int):
         c = adassp_coverage(p=3, n=n, epsilon=1.0, reps=reps, seed=4)
         for name in ("coefficients", "intercept", "xtx", "xty"):
             yield (f"AdaSSP {name} (bounds, p=3)", "interval", n, 1.0, reps, c[name])
+    # Regression coefficients (p = 2; public bounds unless "raw rows"): the parametric bootstrap through the
+    # mechanism's own noise law (1,000 draws per release; the release uses 2,000). With a constant column the
+    # truth is the model's (β, intercept), new errors in every release (noise+sampling); raw rows through the
+    # origin have none: noise only, the truth is the non-private fit on the same rows.
+    for n in (2_000, 20_000):
+        for eps in (0.5, 1.0):
+            for mech, kw, intercept, bounded, label in REGRESSION_ROWS:
+                r = reps if mech != "inverse_wishart" else max(reps // 4, 50)
+                c = regression_coverage(mech, n=n, epsilon=eps, reps=r, seed=_seed(n, eps), draws=1000,
+                                        fit_intercept=intercept, bounded=bounded, **kw)
+                yield (f"regression coefficients ({label}, p=2, {c['covers']})", "interval", n, eps, r,
+                       c["coefficients"])
+                if "intercept" in c:
+                    yield (f"regression intercept ({label}, {c['covers']})", "interval", n, eps, r, c["intercept"])
     # The noise of sketches and Alg. 3 is data-independent and scales with ε, so their normalised errors (and
     # coverage) do not depend on ε: one ε, more releases.
     for eps in (1.0,):

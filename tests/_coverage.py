@@ -313,3 +313,71 @@ def whitened_coverage(*, d: int = 4, k: int = 2, n: int = 4000, epsilon: float =
     finally:
         wh.whitening, wh.private_online_power_method = real_whitening, private_online_power_method
     return {"eigenvalues": hits / total, "kind": u.kind}
+
+
+def regression_coverage(mechanism: str, *, p: int = 2, n: int = 20_000, epsilon: float = 1.0, delta: float = 1e-6,
+                        reps: int = 200, level: float = 0.95, seed: int = 0, postprocess: str = "none",
+                        fit_intercept: bool = True, bounded: bool = True, draws: int = 1000,
+                        **kw) -> dict[str, float]:
+    """Coverage of the regression intervals of any mechanism (:func:`regression_intervals`, the release's code).
+
+    With a constant column (an intercept, or ``bounded``) the intervals claim noise and sampling: the design X
+    is fixed, every release draws new errors y = b + Xβ + e (b = 0 through the origin) and the truth is (β, b).
+    Without one (raw rows, no intercept: noise only) X and y are fixed and the truth is the non-private fit on
+    them. The release's fit and intervals are computed as ``linear_regression`` computes them; the mechanism's
+    own noise step (numpy, FakeChokepoint) makes each release.
+    """
+    from spark_dp.second_moment.intervals import regression_intervals
+    from spark_dp.second_moment.regression import regression_coefficients
+
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0.0, 10.0, size=(n, p)) * np.linspace(1.0, 3.0, p)
+    beta = rng.normal(0.0, 1.0, p)
+    intercept = 5.0 if fit_intercept else 0.0
+    sd = 2.0
+    names = [f"x{i}" for i in range(p)] + ["y"]
+    if bounded:
+        mean_y = intercept + X @ beta
+        bounds = {c: (0.0, 10.0 * s) for c, s in zip(names, np.linspace(1.0, 3.0, p), strict=False)}
+        bounds["y"] = (float(mean_y.min() - 8 * sd), float(mean_y.max() + 8 * sd))  # public: no label is clamped
+        scaling = Scaling.of(names, bounds, constant_at=p)
+        size = p + 2
+        norm_bound = float(np.sqrt(size))
+    else:
+        if fit_intercept:
+            raise ValueError("raw rows are measured without an intercept (the noise-only case)")
+        scaling, size = Scaling.of(names, None), p + 1
+    t = scaling.transform()
+    y_fixed = intercept + X @ beta + rng.normal(0.0, sd, n)
+    if not bounded:
+        norm_bound = float(np.linalg.norm(np.column_stack([X, y_fixed]), axis=1).max())  # no row is clipped
+    plan = plan_mechanism(mechanism, d=size, epsilon=epsilon, delta=delta, norm_bound=norm_bound,
+                          postprocess=postprocess, **kw)
+    truth = np.append(beta, intercept) if fit_intercept else beta
+    if not bounded:
+        truth = np.linalg.lstsq(X, y_fixed, rcond=None)[0]
+    hits = {"coefficients": 0, "intercept": 0}
+    widths = []
+    k = scaling.constant_at
+    for r in range(reps):
+        y = y_fixed if not bounded else intercept + X @ beta + rng.normal(0.0, sd, n)
+        rows = np.column_stack([X, y]) if k is None else np.column_stack([X, np.ones(n), y])
+        vec = np.linalg.solve(t, rows.T).T  # the scaled vectors a = T^-1 x
+        released = plan.noise(vec.T @ vec, FakeChokepoint.seeded(seed * 100_003 + r))
+        if fit_intercept or k is None:
+            fit = regression_coefficients(released, ridge=0.0)[0]
+        else:
+            data = np.delete(np.delete(t @ released @ t.T, k, axis=0), k, axis=1)
+            fit = regression_coefficients(data, ridge=0.0)[0]
+        u = regression_intervals(plan.mechanism, plan.privacy, plan.params, released, fit, scaling=scaling,
+                                 label_at=size - 1, norm_bound=norm_bound, fit_intercept=fit_intercept,
+                                 level=level, draws=draws, rng=np.random.default_rng(r))
+        hits["coefficients"] += int(np.sum((u["coefficients"].low <= truth[:p]) & (truth[:p] <= u["coefficients"].high)))
+        if "intercept" in u:
+            hits["intercept"] += int(u["intercept"].low[0] <= truth[p] <= u["intercept"].high[0])
+        widths.append(np.median(u["coefficients"].high - u["coefficients"].low))
+    out = {"coefficients": hits["coefficients"] / (reps * p), "covers": u["coefficients"].covers,
+           "median_width": float(np.median(widths))}
+    if fit_intercept:
+        out["intercept"] = hits["intercept"] / reps
+    return out

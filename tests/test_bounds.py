@@ -80,6 +80,31 @@ def test_regression_with_bounds_is_ols_with_intercept_in_data_units(data, tmp_pa
     assert "intercept" not in rel.arrays
 
 
+def test_every_mechanism_and_fit_carries_coefficient_intervals(data, tmp_path):
+    """Through the origin (with bounds: noise+sampling; raw rows: noise only) and the Sheffet mechanisms: each
+    ``coefficients`` (and ``intercept``) interval simulates the release's own noise law (intervals.NoiseLaw)."""
+    df, X, y = data
+    s = _session(tmp_path, Zero())
+    Xc, yc = _clamped(X, y)
+    rel = api.linear_regression(s, df, ["a", "b"], "y", epsilon=1.0, delta=1e-6, bounds=BOUNDS, fit_intercept=False)
+    u = rel.uncertainty["coefficients"]
+    assert u.covers == "noise+sampling" and "own noise law" in u.method and u.low.shape == (2,)
+    low, high = rel.interval("coefficients")  # no noise (Zero): the sampling error's interval around the OLS fit
+    assert np.all(low <= rel["coefficients"]) and np.all(rel["coefficients"] <= high)
+    rel = api.linear_regression(s, df, ["a", "b"], "y", epsilon=1.0, delta=1e-6, norm_bound=1e4, fit_intercept=False)
+    assert rel.uncertainty["coefficients"].covers == "noise"  # no constant column: n is not in the release
+    laws = {"wishart": "W(B^2 I, k)", "jl_ridge": "W(AtA + w^2 I, r)/r", "inverse_wishart": "W^-1(AtA + w^2 I, m)"}
+    s = _session(tmp_path, SeededSampler(np.random.default_rng(1)))  # their noise: standard normals (Zero has none)
+    for mech, law in laws.items():
+        for post in ("none", "psd"):
+            rel = api.linear_regression(s, df, ["a", "b"], "y", epsilon=1.0, delta=1e-6, bounds=BOUNDS, mechanism=mech,
+                                        postprocess=post)
+            for name in ("coefficients", "intercept"):
+                u = rel.uncertainty[name]
+                assert u.covers == "noise+sampling" and law in u.method, (mech, post, u.method)
+                assert ("mean offset" in u.method) == (post == "none") and np.all(u.low < u.high)
+
+
 def test_intercept_without_bounds_uses_an_equal_share_constant(data, tmp_path):
     df, X, y = data
     s = _session(tmp_path, Zero())

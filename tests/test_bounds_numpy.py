@@ -21,6 +21,7 @@ from spark_dp.privacy import Budget, Chokepoint, NumpySampler, SecureSampler, Se
 from spark_dp.privacy.quantile import plan_quantile, private_quantile, quantile_scores, quantile_sensitivity
 from spark_dp.second_moment._scaling import Scaling
 from spark_dp.second_moment.intervals import regression_bootstrap
+from spark_dp.second_moment.uncertainty import gaussian_sd
 from tests._audit import clopper_pearson
 
 BOUNDS = {"a": (0.0, 5.0), "b": (10.0, 30.0), "y": (-20.0, 20.0)}
@@ -192,11 +193,11 @@ def test_black_box_empirical_epsilon_stays_under_the_claim(tmp_path, neighbors, 
 
 
 def test_noise_sd_in_data_units_matches_simulation():
-    """The entry sd of T·N·Tᵀ (symmetric N, i.i.d. upper triangle) agrees with 4,000 simulated draws within 6 %."""
+    """gaussian_sd, the entry sd of T·N·Tᵀ (symmetric N, i.i.d. upper triangle) agrees with 4,000 simulated draws within 6 %."""
     sc = Scaling.of(["a", "b", "y"], BOUNDS, constant_at=2)
     t, sigma = sc.transform(), 3.0
     rng = np.random.default_rng(9)
     upper = np.triu(rng.normal(0, sigma, (4000, 4, 4)))
     noise = upper + np.swapaxes(np.triu(upper, 1), 1, 2)
     emp = (t @ noise @ t.T).std(axis=0)
-    assert np.allclose(sc.noise_sd(sigma), emp, rtol=0.06)
+    assert np.allclose(gaussian_sd(t, sigma), emp, rtol=0.06)

@@ -290,13 +290,44 @@ def test_preview_events_are_ledger_events(frames, tmp_path):
 
 
 def test_preview_with_bounds_does_not_claim_the_release_units(frames, tmp_path):
-    """With public bounds the release is in the data's units; the scaled-unit prediction must not pass for it."""
+    """With public bounds and a noise that scales with the data (JL) the scaled-unit prediction must not pass for
+    the release's units."""
     dp = _session(tmp_path)
     cols = list(frames.columns[:2])
-    p = dp.preview.linear_regression(frames, cols[:1], cols[1], epsilon=1.0, delta=1e-6,
-                                     bounds={c: (-10.0, 10.0) for c in cols})
+    p = dp.preview.second_moment(frames, cols, epsilon=1.0, delta=1e-6, mechanism="jl_ridge",
+                                 bounds={c: (-10.0, 10.0) for c in cols})
     assert p.accuracy["predicted"] is False and "bounds" in p.accuracy["why"]
-    assert p.accuracy["in_scaled_units"]["predicted"] is True
+    assert p.accuracy["in_scaled_units"]["predicted"] is False  # JL: relative sizes only
+
+
+@pytest.mark.parametrize("mechanism, postprocess", [("analyze_gauss", "none"), ("analyze_gauss", "shift"),
+                                                    ("wishart", "none"), ("analyze_gauss", "psd")])
+def test_preview_of_a_bounded_regression_and_pca_is_the_release_in_data_units(frames, tmp_path, mechanism,
+                                                                              postprocess):
+    """Regression and PCA with bounds: the matrix half-widths (constant column kept for the regression) and PCA's
+    eigenvalue bound are the release's to 1e-9; the coefficients' table is marked approximate."""
+    dp = _session(tmp_path, epsilon_limit=100.0)
+    kw = dict(epsilon=1.0, delta=1e-6, mechanism=mechanism, postprocess=postprocess,
+              bounds={"a": (-10.0, 10.0), "b": (0.0, 500.0), "c": (5.0, 7.0), "y": (-3.0, 3.0)})
+    p = dp.preview.linear_regression(frames, ["a", "b"], "y", **{**kw, "bounds": {
+        c: kw["bounds"][c] for c in ("a", "b", "y")}})
+    assert p.accuracy["predicted"] is True and "data's" in p.accuracy["units"]
+    coef = p.accuracy["coefficients"]
+    assert coef["exact"] is False and set(coef["per_coefficient"][0]["stderr"]) == {"a", "b", "intercept"}
+    rel = dp.linear_regression(frames, ["a", "b"], "y", **{**kw, "bounds": {c: kw["bounds"][c] for c in ("a", "b", "y")}})
+    u = rel.uncertainty["matrix"]
+    assert np.shape(p.accuracy["half_width_matrix"]) == rel["matrix"].shape == (4, 4)
+    assert np.allclose(p.accuracy["half_width_matrix"], (u.high - u.low) / 2, rtol=1e-9, atol=0)
+    if u.stderr is not None:
+        assert np.allclose(p.accuracy["stderr_matrix"], u.stderr, rtol=1e-9, atol=0)
+    pca_kw = {**kw, "bounds": {c: kw["bounds"][c] for c in ("a", "b", "c")}}
+    p = dp.preview.pca(frames, ["a", "b", "c"], 2, **pca_kw)
+    rel = dp.pca(frames, ["a", "b", "c"], 2, **pca_kw)
+    u = rel.uncertainty["matrix"]
+    assert np.allclose(p.accuracy["half_width_matrix"], (u.high - u.low) / 2, rtol=1e-9, atol=0)
+    bound = rel.manifest["accuracy"]["noise_spectral_norm_bound"]
+    assert p.accuracy["eigenvalue_error_bound"] == pytest.approx(bound, rel=1e-9)
+    assert np.allclose(rel.uncertainty["eigenvalues"].high - rel["eigenvalues"], bound, rtol=1e-9)
 
 
 def test_preview_of_a_bounded_second_moment_is_the_release_in_data_units(frames, tmp_path):
@@ -310,3 +341,17 @@ def test_preview_of_a_bounded_second_moment_is_the_release_in_data_units(frames,
     u = rel.uncertainty["matrix"]
     assert np.allclose(p.accuracy["stderr_matrix"], u.stderr, rtol=1e-9)
     assert np.allclose(p.accuracy["half_width_matrix"], (u.high - u.low) / 2, rtol=1e-9)
+
+
+def test_preview_of_a_bounded_adassp_regression_is_the_release_in_data_units(frames, tmp_path):
+    """AdaSSP with bounds: X^T X and X^T y in the data's units (T·N·Tᵀ with σ₂, σ₃): the release's to 1e-9."""
+    dp = _session(tmp_path)
+    kw = dict(epsilon=1.0, delta=1e-6, mechanism="adassp", bounds={"a": (-10.0, 10.0), "b": (0.0, 500.0),
+                                                                  "y": (-3.0, 3.0)})
+    p = dp.preview.linear_regression(frames, ["a", "b"], "y", **kw)
+    assert p.accuracy["predicted"] is True and p.accuracy["coefficients"]["exact"] is False
+    rel = dp.linear_regression(frames, ["a", "b"], "y", **kw)
+    for name in ("xtx", "xty"):
+        u = rel.uncertainty[name]
+        assert np.allclose(p.accuracy[f"half_width_{name}"], (u.high - u.low) / 2, rtol=1e-9, atol=0)
+        assert np.allclose(p.accuracy[f"stderr_{name}"], u.stderr, rtol=1e-9, atol=0)

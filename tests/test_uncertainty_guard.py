@@ -41,13 +41,6 @@ def _excluded(task: str, mechanism: str, params: dict, array: str) -> str | None
     if array == "components" or (array == "directions" and params.get("whiten")):
         return "whitened tensor components (and their directions in the data's units, with bounds): no finite " \
                "bound without the data's eigengap"
-    if task == "linear_regression" and array in ("coefficients", "intercept") and mechanism != "adassp":
-        if mechanism != "analyze_gauss" or params.get("postprocess") == "psd":
-            return "regression intervals simulate Analyze Gauss (none/shift) and AdaSSP noise only"
-        if not params.get("fit_intercept") and not params.get("bounds"):
-            return "fit through the origin without bounds: no interval method yet"
-        if not params.get("fit_intercept"):
-            return "fit through the origin with bounds (solved in the data's units): no interval method yet"
     return None
 
 
@@ -113,8 +106,6 @@ def test_every_second_moment_array_has_error_bars(frame, tmp_path, monkeypatch):
                 for intercept in (True, False):
                     if "linear_regression" not in spec.tasks or (mech == "adassp" and bounds and not intercept):
                         continue
-                    if mech not in ("analyze_gauss", "adassp") and post != "none":
-                        continue  # excluded whatever the post-processing (fewer releases, a faster test)
                     rel = dp.linear_regression(df, ["x1", "x2"], "x3", fit_intercept=intercept, **base, **KW)
                     missing += _missing(rel, "linear_regression", mech,
                                         {"postprocess": post, "bounds": bool(bounds), "fit_intercept": intercept})
@@ -122,8 +113,7 @@ def test_every_second_moment_array_has_error_bars(frame, tmp_path, monkeypatch):
     assert not unexplained, unexplained
     # every exclusion is still needed by some release (else remove it)
     reasons = {m[4] for m in missing}
-    assert {"AdaSSP's adaptive ridge: a choice of the algorithm, not an estimate of a data value",
-            "regression intervals simulate Analyze Gauss (none/shift) and AdaSSP noise only"} <= reasons
+    assert reasons == {"AdaSSP's adaptive ridge: a choice of the algorithm, not an estimate of a data value"}
 
 
 def test_every_sketch_and_tensor_array_has_error_bars(frame, tmp_path):

@@ -20,6 +20,9 @@ parameters only: σ, the noise family, d, k, r, the bounds, and an optional
 guess of n from the user. Where the noise depends on the data (JL, inverse
 Wishart, whitened tensors, a ``norm_bound`` chosen from the data) the
 prediction says so and gives what is known (relative sizes, or nothing).
+With public bounds the second-moment family's prediction is in the data's
+units where the release's error bars do not depend on the data (Analyze
+Gauss, Wishart: :func:`_data_units`).
 """
 
 from __future__ import annotations
@@ -334,7 +337,7 @@ def _predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], pri
         return {"level": level, "predicted": False, "why": f"no accuracy model for task {task!r}", "method": None}
     got = fn(mechanism, request, dict(privacy), dict(manifest or {}), n, level)
     scaling = (manifest or {}).get("scaling") or {}
-    if task == "second_moment" and (exact := _data_unit_entries(mechanism, request, privacy, scaling, level)):
+    if scaling.get("bounds") and (exact := _data_units(task, mechanism, request, privacy, scaling, level, got)):
         return {"level": level, "predicted": True, **exact, "in_scaled_units": got}
     if scaling.get("bounds"):
         # With public bounds the mechanism runs on the vector scaled into [-1, 1] and the release maps its
@@ -342,38 +345,122 @@ def _predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], pri
         # (An intercept alone adds a constant column and scales nothing else: the prediction stands.)
         return {"level": level, "predicted": False,
                 "why": ("bounds given: the release's values and intervals are in the data's units (the noise mapped "
-                        "back through the public scaling T); the prediction is in the scaled [-1, 1] units only"),
+                        "back through the public scaling T); with this mechanism (its noise scales with the data) or "
+                        "bounds chosen from the data the prediction is in the scaled [-1, 1] units only"),
                 "method": got.get("method"), "in_scaled_units": got}
     return {"level": level, **got}
 
 
-def _data_unit_entries(mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
-                       scaling: Mapping[str, Any], level: float) -> dict[str, Any] | None:
-    """A bounded Analyze Gauss second moment's per-entry intervals in the data's units, where the release has them.
-
-    The release maps the noise back affinely entry by entry (T·N·Tᵀ,
-    :meth:`~spark_dp.second_moment._scaling.Scaling.noise_sd`): its sd depends
-    on σ and the public bounds only, so the prediction is the release's own.
+def _public_scaling(task: str, request: Mapping[str, Any], scaling: Mapping[str, Any]):
+    """The release's public affine map (:class:`~spark_dp.second_moment._scaling.Scaling`) from the manifest's
+    ``scaling`` and the request, or None where it is not public before the release (``bounds: auto``).
     """
-    bounds = scaling.get("bounds")
-    constant = scaling.get("constant_column") or {}
-    if (mechanism != "analyze_gauss" or not isinstance(bounds, dict) or not bounds
-            or request.get("params", {}).get("postprocess", "none") != "none" or "index" not in constant
-            or not isinstance(constant.get("value"), int | float) or not isinstance(request.get("columns"), list)):
-        return None
-    from spark_dp.release.uncertainty import normal_quantile
     from spark_dp.second_moment._scaling import Scaling
 
-    columns = request["columns"]
-    if len(columns) + 1 > 64:  # as the release: no per-entry intervals for wide bounded matrices
+    bounds, constant = scaling.get("bounds"), scaling.get("constant_column") or {}
+    columns = request.get("columns")
+    if (not isinstance(bounds, dict) or not bounds or "index" not in constant or not isinstance(columns, list)
+            or not isinstance(constant.get("value"), int | float)):
         return None
-    k = int(constant["index"])
-    sd = Scaling.of(columns, {c: tuple(b) for c, b in bounds.items()}, constant_at=k,
-                    constant_value=float(constant["value"])).noise_sd(float(privacy["noise_sigma"]))
-    sd = np.delete(np.delete(sd, k, axis=0), k, axis=1)
-    return {"stderr_matrix": sd.tolist(), "half_width_matrix": (normal_quantile(level) * sd).tolist(),
-            "units": "the data's (bounds given: the noise mapped back through the public scaling T, exact)",
-            "method": "value ± z·sd with sd that of the Gaussian noise T·N·Tᵀ mapped to the data's units (exact)"}
+    names = columns + [request["label"]] if task == "linear_regression" else columns
+    return Scaling.of(names, {c: tuple(b) for c, b in bounds.items()}, constant_at=int(constant["index"]),
+                      constant_value=float(constant["value"]))
+
+
+def _data_units(task: str, mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
+                scaling: Mapping[str, Any], level: float, scaled: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The prediction in the data's units with public bounds, where the release's error bars do not depend on the
+    data (Analyze Gauss and Wishart: additive noise; AdaSSP's X^T X and X^T y); None otherwise.
+
+    The release maps its matrix back by the public affine map T (T·M·Tᵀ) and
+    computes the intervals of the mapped noise with
+    :func:`~spark_dp.second_moment.uncertainty.matrix_uncertainty` (``transform=T``)
+    and PCA's Weyl bound with :func:`~spark_dp.second_moment.uncertainty.pca_uncertainty`;
+    the preview calls the same functions on the plan's public fields, so
+    the matrix half-widths and the eigenvalue bound *are* the release's. The
+    regression coefficients' noise depends on the data's XᵀX: their table is
+    the scaled-unit first-order prediction mapped through the exact linear
+    map of the coefficients (approximate, as that prediction is).
+    """
+    if mechanism not in ("analyze_gauss", "wishart", "adassp"):
+        return None
+    sc = _public_scaling(task, request, scaling)
+    if sc is None or sc.size > 64:  # wide bounded matrices: the per-entry prediction is not listed
+        return None
+    from spark_dp.second_moment.uncertainty import (
+        adassp_sums_uncertainty,
+        drop_index,
+        matrix_uncertainty,
+        pca_uncertainty,
+    )
+
+    B, params, t, k = float(request["norm_bound"]), request.get("params", {}), sc.transform(), sc.constant_at
+    zeros = np.zeros((sc.size, sc.size))
+    if mechanism == "adassp":  # X^T X and X^T y: the release's own exact Gaussian intervals in the data's units
+        q = sc.size - 1
+        sums = adassp_sums_uncertainty(zeros[:q, :q], zeros[:q, q], privacy["noise_scale"], level, transform=t)
+        out = {"units": "the data's (bounds given: the noise mapped back through the public scaling T, exact)"}
+        for name, u in sums.items():
+            out[f"stderr_{name}"] = u.stderr.tolist()
+            out[f"half_width_{name}"] = ((u.high - u.low) / 2).tolist()
+        out["method"] = sums["xtx"].method + " (the release's own function on the plan's public fields: exact)"
+        if request.get("fit_intercept") and scaled.get("per_coefficient"):
+            out["coefficients"] = _coefficients_in_data_units(sc, scaled, level)
+        return out
+    u = matrix_uncertainty(mechanism, privacy, params, zeros, B, level, transform=t)
+    if task != "linear_regression":
+        u = drop_index(u, k)
+    out: dict[str, Any] = {
+        "units": "the data's (bounds given: the noise mapped back through the public scaling T, exact)",
+        "stderr_matrix": u.stderr.tolist() if u.stderr is not None else None,
+        "half_width_matrix": ((u.high - u.low) / 2).tolist(), "kind": u.kind,
+        "matrix": "with the constant column (label last)" if task == "linear_regression" else "the data columns",
+        "method": u.method + " (the release's own function on the plan's public fields: exact)"}
+    if task == "pca":
+        d, kk = sc.size - 1, int(params.get("k", 1))
+        _, acc = pca_uncertainty(mechanism, privacy, params, zeros, np.zeros(kk), np.eye(kk, d), B, level,
+                                 transform=np.delete(t, k, axis=0))
+        out["eigenvalue_error_bound"] = acc["noise_spectral_norm_bound"]
+        out["eigenvalue_bound_method"] = ("Weyl in the data's units: |lambda_i(released) - lambda_i(exact)| <= "
+                                          "||T'||_2^2 (|c| + r), the release's own bound (exact)")
+    if task == "linear_regression" and request.get("fit_intercept") and scaled.get("per_coefficient"):
+        out["coefficients"] = _coefficients_in_data_units(sc, scaled, level)
+    elif task == "linear_regression":
+        out["coefficients"] = {"exact": False, "per_coefficient": None, "why": (
+            "fit through the origin, solved in the data's units on the mapped matrix: its noise depends on the "
+            "data's X^T X; the scaled-unit figures are under in_scaled_units")}
+    return out
+
+
+def _coefficients_in_data_units(sc, scaled: Mapping[str, Any], level: float) -> dict[str, Any]:
+    """The first-order coefficient table mapped to the data's units (exact linear map; approximate prediction).
+
+    The coefficients in the data's units are a linear function J·β_s (plus a
+    constant) of those fitted on the scaled vector (the label's row of T has
+    no other entry), so under the scaled prediction's assumption (errors of
+    β_s uncorrelated with sd s) coefficient j has sd s·‖J_j‖.
+    """
+    label_at = sc.size - 1
+    base = sc.coefficients(np.zeros(label_at), label_at)
+    jac = np.stack([sc.coefficients(e, label_at) - base for e in np.eye(label_at)], axis=1)
+    norms = np.linalg.norm(jac, axis=1)
+    k = sc.constant_at
+    names = [c for c in sc.columns if c != sc.columns[-1]]
+    z = normal_quantile(level)
+
+    def row(entry):
+        sd = entry["stderr"] * norms
+        return {"n": entry["n"], "stderr": dict(zip(names + ["intercept"], np.delete(sd, k).tolist()
+                                                    + [float(sd[k])], strict=True)),
+                "half_width": dict(zip(names + ["intercept"], (z * np.delete(sd, k)).tolist()
+                                       + [float(z * sd[k])], strict=True))}
+
+    return {"exact": False, "per_coefficient": [row(e) for e in scaled["per_coefficient"]],
+            "method": ("the scaled-unit first-order prediction (in_scaled_units, at beta = 0; its design assumption "
+                       "X^T X about n c I is data-dependent, so this is approximate) mapped through the exact linear "
+                       "map of the coefficients to the data's units (sd times the row norms of its Jacobian); "
+                       "privacy noise only: the release's own intervals, which cover noise and sampling, depend on "
+                       "the data")}
 
 
 def _entry_half_widths(mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
@@ -386,11 +473,16 @@ def _entry_half_widths(mechanism: str, request: Mapping[str, Any], privacy: Mapp
     if mechanism not in ("analyze_gauss", "wishart"):
         return None
     u = matrix_uncertainty(mechanism, privacy, params, np.zeros((d, d)), B, level)
+    # a PSD projection's bound has no standard error: the noise's own (before the projection) is stated instead
+    sd = u.stderr if u.stderr is not None else matrix_uncertainty(
+        mechanism, privacy, {**params, "postprocess": "none"}, np.zeros((d, d)), B, level).stderr
     c, r = spectral_error(mechanism, privacy, params, d, B, level)
     off = (0, 1) if d > 1 else (0, 0)
-    return {"half_width": float(u.high[off] - u.low[off]) / 2, "stderr": float(u.stderr[off]),
-            "half_width_diagonal": float(u.high[0, 0] - u.low[0, 0]) / 2, "stderr_diagonal": float(u.stderr[0, 0]),
-            "kind": u.kind, "method": u.method, "noise_spectral_norm_bound": r, "shift": c}
+    return {"half_width": float(u.high[off] - u.low[off]) / 2, "stderr": float(sd[off]),
+            "half_width_diagonal": float(u.high[0, 0] - u.low[0, 0]) / 2, "stderr_diagonal": float(sd[0, 0]),
+            "kind": u.kind, "method": u.method + ("" if u.stderr is not None else
+                                                  "; stderr: the noise's before the projection"),
+            "noise_spectral_norm_bound": r, "shift": c}
 
 
 def _relative_noise(mechanism: str, privacy: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,9 +19,9 @@ POSTPROCESS = ("none", "psd", "shift")
 
 
 def project_psd(matrix: np.ndarray) -> np.ndarray:
-    """The nearest PSD matrix in Frobenius norm: eigenvalues clipped at 0."""
+    """The nearest PSD matrix in Frobenius norm: eigenvalues clipped at 0 (of each matrix of a stack (…, d, d))."""
     vals, vecs = np.linalg.eigh(matrix)
-    return (vecs * np.clip(vals, 0.0, None)) @ vecs.T
+    return (vecs * np.clip(vals, 0.0, None)[..., None, :]) @ np.swapaxes(vecs, -1, -2)
 
 
 def postprocess_matrix(matrix: np.ndarray, how: str, *, shift: float, psd_after_shift: bool) -> np.ndarray:
@@ -31,7 +31,7 @@ def postprocess_matrix(matrix: np.ndarray, how: str, *, shift: float, psd_after_
     if how == "none":
         return matrix
     if how == "shift" or psd_after_shift:
-        matrix = matrix + shift * np.eye(matrix.shape[0])
+        matrix = matrix + shift * np.eye(matrix.shape[-1])
     if how == "psd":
         matrix = project_psd(matrix)
     return matrix

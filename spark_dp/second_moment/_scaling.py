@@ -95,17 +95,6 @@ class Scaling:
         t = self.transform()
         return t @ matrix @ t.T
 
-    def noise_sd(self, sigma: float) -> np.ndarray:
-        """Standard deviation of each entry of T·N·Tᵀ for symmetric N with i.i.d. N(0, σ²) upper triangle.
-
-        (T N Tᵀ)ᵢⱼ = Σₖ≤ₗ cₖₗ Nₖₗ, so Var = σ²·(rᵢrⱼ + (TTᵀ)ᵢⱼ² − ((T∘T)(T∘T)ᵀ)ᵢⱼ) with rᵢ = Σₖ Tᵢₖ²:
-        the Gaussian noise of a release mapped back to the data's units, entry by entry.
-        """
-        t = self.transform()
-        sq = t * t
-        r = sq.sum(axis=1)
-        return sigma * np.sqrt(np.maximum(np.outer(r, r) + (t @ t.T) ** 2 - sq @ sq.T, 0.0))
-
     def coefficients(self, beta: np.ndarray, label_at: int) -> np.ndarray:
         """Regression coefficients in data units from those fitted on the vector.
 

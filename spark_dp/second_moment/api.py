@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +46,6 @@ from spark_dp.privacy.quantile import (
 from spark_dp.release import Release
 from spark_dp.release.lineage import input_lineage
 from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, run_release
-from spark_dp.release.uncertainty import Uncertainty
 from spark_dp.second_moment._prepare import (  # noqa: F401 - the defaults are re-exported (config tasks, docs)
     DEFAULT_BOUNDS_SHARE,
     DEFAULT_CLIPPING_SHARE,
@@ -61,9 +59,8 @@ from spark_dp.second_moment._prepare import (  # noqa: F401 - the defaults are r
     prepare,
 )
 from spark_dp.second_moment._registry import MechanismPlan
-from spark_dp.second_moment._scaling import Scaling
 from spark_dp.second_moment.clipping import release_clipping
-from spark_dp.second_moment.intervals import regression_bootstrap
+from spark_dp.second_moment.intervals import regression_intervals
 from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the API's names for the registry
     MECHANISMS,
     PCA_MECHANISMS,
@@ -444,13 +441,15 @@ def linear_regression(
         ``matrix`` (label last; with the constant column of ones before the
         label when there is one, in the data's units); for ``adassp``,
         ``coefficients``, ``intercept``, ``xtx``, ``xty`` and ``lambda``
-        instead of ``matrix``. With the constant column (an intercept or
-        ``bounds``) and ``analyze_gauss`` (post-processing ``none`` or
-        ``shift``), ``coefficients`` and ``intercept`` carry intervals at
-        ``confidence`` (``Release.interval``) that cover the privacy noise
-        and the sampling error
+        instead of ``matrix``. ``coefficients`` and ``intercept`` carry
+        intervals at ``confidence`` (``Release.interval``) for every
+        mechanism and post-processing
         (:mod:`spark_dp.second_moment.intervals`: the parametric bootstrap
-        of Ferrando, Wang & Sheldon 2022, from the released matrix only).
+        of Ferrando, Wang & Sheldon 2022 through the mechanism's own noise
+        law, from the released matrix only): with the constant column (an
+        intercept or ``bounds``) they cover the privacy noise and the
+        sampling error, without it (raw rows through the origin) the noise
+        only.
     """
     owner = "linear_regression"
     ridge, label = P.check("ridge", ridge, owner=owner), SM_PARAMS.check("label", label, owner=owner)
@@ -498,15 +497,15 @@ def linear_regression(
                 xtx, xty, beta = data[:-1, :-1], data[:-1, -1], scaling.coefficients(beta, label_at)
             out = {**split(beta), "xtx": xtx, "xty": xty, **arrays}
             return Noised(out, {"solution": {**info, "adaptive_ridge": lam}}, uncertainty=unc)
-        uncertainty: dict[str, Uncertainty] = {}
         if fit_intercept or not vec.scaled:
-            beta, info = regression_coefficients(result, ridge=ridge)
-            if vec.scaled:
-                uncertainty = _intervals(result, beta, plan, scaling, label_at, ridge, postprocess,
-                                         confidence_of(request))
-                beta = scaling.coefficients(beta, label_at)
+            fit, info = regression_coefficients(result, ridge=ridge)
+            beta = scaling.coefficients(fit, label_at) if vec.scaled else fit
         else:  # bounds without an intercept: the no-intercept fit in the data's units
-            beta, info = regression_coefficients(prep.data_matrix(result, norm_bound), ridge=ridge)
+            fit, info = regression_coefficients(prep.data_matrix(result, norm_bound), ridge=ridge)
+            beta = fit
+        uncertainty = regression_intervals(plan.mechanism, plan.privacy, plan.params, result, fit, scaling=scaling,
+                                           label_at=label_at, norm_bound=norm_bound, fit_intercept=fit_intercept,
+                                           ridge=ridge, level=confidence_of(request))
         matrix = prep.data_matrix(result, norm_bound, keep_constant=True)
         uncertainty.update(prep.data_matrix_uncertainty(plan, result, norm_bound, confidence_of(request),
                                                         keep_constant=True))
@@ -587,17 +586,3 @@ def pca(
                     dimension=dimension, config_sha256=config_sha256, extra=prep.extra(columns, params),
                     source_paths=source_paths)
 
-
-def _intervals(matrix, beta, plan: MechanismPlan, scaling: Scaling, label_at: int, ridge: float,
-               postprocess: str, level: float) -> dict[str, Uncertainty]:
-    """Bootstrap intervals of ``coefficients`` and ``intercept`` (data units) for Analyze Gauss (:mod:`.intervals`)."""
-    if plan.mechanism != "analyze_gauss" or postprocess not in ("none", "shift"):
-        return {}
-    sigma = float(plan.privacy["noise_sigma"])
-    shift = 2.0 * sigma * math.sqrt(matrix.shape[0]) if postprocess == "shift" else 0.0
-    got = regression_bootstrap(matrix, beta, sigma=sigma, scaling=scaling, label_at=label_at, shift=shift,
-                               ridge=ridge, level=level)
-    k = scaling.constant_at  # the intercept's entry (intervals are computed with the constant column only)
-    part = {"coefficients": np.delete(np.arange(got.estimate.size), k), "intercept": np.array([k])}
-    return {name: Uncertainty(low=got.low[idx], high=got.high[idx], stderr=got.stderr[idx], method=got.method,
-                              covers=got.covers) for name, idx in part.items()}

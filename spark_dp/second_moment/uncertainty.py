@@ -386,6 +386,32 @@ def pca_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mapping[
     }
 
 
+def adassp_sums_uncertainty(xtx: np.ndarray, xty: np.ndarray, sigmas, level: float, *,
+                            transform: np.ndarray) -> dict[str, Uncertainty]:
+    """AdaSSP's released X^T X + N (σ₂) and X^T y + N (σ₃), mapped by ``transform`` T: exact Gaussian intervals.
+
+    The rows [X y]·Tᵀ have noise T·N·Tᵀ with σ₂ on the X^T X block, σ₃ on
+    X^T y and none on the unreleased yᵀy, whose entry sd is
+    :func:`gaussian_sd`'s: data-independent (the dry run calls this too).
+    """
+    _, s2, s3 = (float(s) for s in sigmas)
+    p = xtx.shape[0]
+    t = np.asarray(transform, dtype=np.float64)
+    s = np.full((p + 1, p + 1), s2)
+    s[:p, p] = s[p, :p] = s3
+    s[p, p] = 0.0
+    data = t @ np.block([[xtx, xty[:, None]], [xty[None, :], np.zeros((1, 1))]]) @ t.T
+    sd = gaussian_sd(t, s)
+    mapped = "" if np.array_equal(t, np.eye(p + 1)) else " mapped to the data's units (T N T^T, exact sd)"
+    return {
+        "xtx": gaussian_interval(data[:p, :p], sd[:p, :p], level, method=(
+            f"exact: value +/- z*sd, AdaSSP's Gaussian noise on X^T X (sigma_2; mirror entries share their "
+            f"noise){mapped}")),
+        "xty": gaussian_interval(data[:p, p], sd[:p, p], level, method=(
+            f"exact: value +/- z*sd, AdaSSP's Gaussian noise on X^T y (sigma_3){mapped}")),
+    }
+
+
 def adassp_uncertainty(xtx: np.ndarray, xty: np.ndarray, beta: np.ndarray, sigmas, level: float, *,
                        ridge: float, scaling=None, rng: np.random.Generator | None = None) -> dict[str, Uncertainty]:
     """AdaSSP's released X^T X + N (σ₂), X^T y + N (σ₃) and its coefficients' intervals (and intercept's).
@@ -413,20 +439,7 @@ def adassp_uncertainty(xtx: np.ndarray, xty: np.ndarray, beta: np.ndarray, sigma
     joint = np.block([[xtx, xty[:, None]], [xty[None, :], np.zeros((1, 1))]])
     if scaling is None:
         scaling = Scaling(tuple(f"x{i}" for i in range(p + 1)), (None,) * (p + 1))
-    t = scaling.transform()
-    s = np.full((p + 1, p + 1), s2)
-    s[:p, p] = s[p, :p] = s3
-    s[p, p] = 0.0
-    data = t @ joint @ t.T
-    sd = gaussian_sd(t, s)
-    mapped = "" if np.array_equal(t, np.eye(p + 1)) else " mapped to the data's units (T N T^T, exact sd)"
-    out = {
-        "xtx": gaussian_interval(data[:p, :p], sd[:p, :p], level, method=(
-            f"exact: value +/- z*sd, AdaSSP's Gaussian noise on X^T X (sigma_2; mirror entries share their "
-            f"noise){mapped}")),
-        "xty": gaussian_interval(data[:p, p], sd[:p, p], level, method=(
-            f"exact: value +/- z*sd, AdaSSP's Gaussian noise on X^T y (sigma_3){mapped}")),
-    }
+    out = adassp_sums_uncertainty(xtx, xty, sigmas, level, transform=scaling.transform())
     got = regression_bootstrap(joint, beta, sigma=s2, sigma_xy=s3, scaling=scaling, label_at=p, ridge=ridge,
                                level=level, sampling=False, debias=ridge > 0, rng=rng)
     method = got.method + ", AdaSSP's sigma_2 on X^T X and sigma_3 on X^T y, its ridge lambda held fixed; " \
