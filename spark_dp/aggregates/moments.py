@@ -254,7 +254,7 @@ def third_moment_sums(
     d, L = U.shape
     if isinstance(frame, ParquetRows):
         if pass_index is not None and frame.fresh is None:
-            raise ValueError("bug: these Parquet rows have no passes (call assign_passes first)")
+            raise ValueError("these Parquet rows have no pass index (call assign_passes first)")
         total = frame.run_pass(U, d * L + L, norm_bound=float(norm_bound), nonfinite=nonfinite,
                                pass_index=pass_index)
     else:
