@@ -95,22 +95,41 @@ def normalised_bits(X: np.ndarray) -> np.ndarray:
 
 
 def row_states(bits: np.ndarray, state: int) -> np.ndarray:
-    """g = the hash state after ``xxhash64(seed, x)`` consumed each row's elements (state: :func:`seed_state`)."""
-    g = np.full(bits.shape[0], state, dtype=np.uint64)
+    """g = the hash state after ``xxhash64(seed, x)`` consumed each row's elements (state: :func:`seed_state`).
+
+    :func:`hash_long` column by column, in place (one set of temporaries for the whole unit).
+    """
+    n = bits.shape[0]
+    g = np.full(n, state, dtype=np.uint64)
+    lane, tmp = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint64)
     for j in range(bits.shape[1]):
-        g = hash_long(bits[:, j], g)
+        np.multiply(bits[:, j], _P2, out=lane)  # round(0, v) = rotl(v * P2, 31) * P1
+        _rotl_(lane, 31, tmp)
+        lane *= _P1
+        g += _P5 + _U(8)
+        g ^= lane
+        _rotl_(g, 27, tmp)
+        g *= _P1
+        g += _P4
+        _fmix_(g, tmp)
     return g
 
 
-def local_groups(bits: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def local_groups(bits: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | np.ndarray:
     """The unit's rows grouped by exact value, groups ordered by (g, value).
 
-    Returns ``(group, number, starts)``: each row's group index, its copy
-    number inside the unit (0, 1, … in row order), and the groups' first
-    positions in that order (``g[order][starts]`` are the groups' g).
+    Returns ``(group, number, first)``: each row's group index, its copy
+    number inside the unit (0, 1, …), and each group's first row
+    (``g[first]`` are the groups' g, non-decreasing). When every g is
+    distinct (no repeated value: the common case of continuous data) it
+    returns just the sorted g instead: each row is its own group, numbered 0,
+    and group j is the row whose g is the j-th smallest.
     """
     n = g.shape[0]
-    order = np.argsort(g, kind="stable")
+    gs = np.sort(g)
+    if not (gs[1:] == gs[:-1]).any():
+        return gs
+    order = np.argsort(g)  # copies are equal values: the order among them does not matter
     gs, bs = g[order], bits[order]
     same_g = gs[1:] == gs[:-1]
     same = same_g & (bs[1:] == bs[:-1]).all(axis=1)
@@ -132,7 +151,10 @@ def unit_groups(X: np.ndarray, state: int) -> tuple[np.ndarray, np.ndarray, np.n
     """A unit's groups for the driver: ``(g, big, counts)`` = each group's g, and the groups of counts above 1."""
     bits = normalised_bits(X)
     g = row_states(bits, state)
-    group, _, first = local_groups(bits, g)
+    groups = local_groups(bits, g)
+    if isinstance(groups, np.ndarray):  # all distinct
+        return groups, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    group, _, first = groups
     counts = np.bincount(group, minlength=first.shape[0])
     big = np.flatnonzero(counts > 1)
     return g[first], big, counts[big]
@@ -149,6 +171,10 @@ def copy_offsets(units: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> 
         return {}
     sizes = [u[0].shape[0] for u in units]
     all_g = np.concatenate([u[0] for u in units])
+    if not any(u[1].size for u in units):
+        gs = np.sort(all_g, kind="stable")  # sorted runs, one per unit: a merge
+        if not (gs[1:] == gs[:-1]).any():
+            return {}  # no value in two units (nor two groups): every copy number is local
     unit_of = np.repeat(np.arange(len(units)), sizes)
     group_of = np.concatenate([np.arange(s) for s in sizes])
     counts = np.ones(all_g.shape[0], dtype=np.int64)
@@ -176,11 +202,20 @@ def unit_passes(X: np.ndarray, state: int, passes: int, offsets: tuple[np.ndarra
     """Each raw row's pass: pmod(xxhash64(seed, x, c), passes) with c = offset + number in the unit + 1."""
     bits = normalised_bits(X)
     g = row_states(bits, state)
-    group, number, first = local_groups(bits, g)
-    c = number + 1
-    if offsets is not None:
-        off = np.zeros(first.shape[0], dtype=np.int64)
-        off[offsets[0]] = offsets[1]
-        c += off[group]
+    groups = local_groups(bits, g)
+    if isinstance(groups, np.ndarray):  # all distinct: c = 1, plus the offset of a value other units hold
+        c = np.ones(g.shape[0], dtype=np.int64)
+        if offsets is not None:
+            shared = groups[offsets[0]]  # sorted: group j is the j-th smallest g
+            at = np.minimum(np.searchsorted(shared, g), shared.shape[0] - 1)
+            hit = shared[at] == g
+            c[hit] += offsets[1][at[hit]]
+    else:
+        group, number, first = groups
+        c = number + 1
+        if offsets is not None:
+            off = np.zeros(first.shape[0], dtype=np.int64)
+            off[offsets[0]] = offsets[1]
+            c += off[group]
     h = hash_int(c.astype(np.uint64), g).view(np.int64)
     return np.mod(h, int(passes))  # Spark's pmod: non-negative for positive passes
