@@ -96,9 +96,11 @@ def test_copy_offsets_number_copies_across_units():
 def test_every_pass_holds_the_rows_spark_gives_it(spark, tmp_path, small_splits, seed, nonfinite, distinct):
     path = write_files(str(tmp_path / "data"), distinct_per_file=distinct)
     passes = 5
-    direct = parquet_rows([path], COLS, spark=spark, cache_bytes=0)
+    # the distinct case caches the rows as they are without copy offsets while assigning: every unit has some,
+    # so none of those entries may serve a pass
+    direct = parquet_rows([path], COLS, spark=spark, cache_bytes=(1 << 30) if distinct else 0)
     assert direct is not None and sum(len(t) for t in direct.tasks) > 3  # several units
-    direct.assign_passes(passes, seed)
+    direct.assign_passes(passes, seed, prefill=(1e6, nonfinite))
     assert direct.fresh.offsets  # copies met across units
     frame, _ = prepare_rows(spark.read.parquet(path), COLS, passes=passes, seed=seed)
     U = np.array([[0.5, -0.25], [1.0, 0.75], [-0.5, 0.25]])
@@ -126,6 +128,27 @@ def test_a_cached_unit_keeps_its_passes(spark, tmp_path, small_splits):
     again = [third_moment_sums(direct, U, norm_bound=2.0, pass_index=p) for p in range(4)]
     for (S1, m1, n1), (S2, m2, n2) in zip(first, again, strict=True):
         assert n1 == n2 and np.array_equal(S1, S2) and np.array_equal(m1, m2)
+
+
+def test_assigning_continuous_rows_fills_the_cache_for_the_first_pass(spark, tmp_path):
+    rng = np.random.default_rng(4)  # test data, not noise: no value twice
+    path = str(tmp_path / "cont")
+    os.makedirs(path)
+    for i in range(2):
+        X = rng.random((100, D))
+        pq.write_table(pa.table({c: X[:, j] for j, c in enumerate(COLS)}), f"{path}/p{i}.parquet", row_group_size=32)
+    U = np.eye(D)[:, :2]
+    cached = parquet_rows([path], COLS, spark=spark)
+    cached.assign_passes(3, 2**50 + 1, prefill=(0.9, "drop"))
+    assert cached.fresh.offsets == {}
+    plain = parquet_rows([path], COLS, spark=spark, cache_bytes=0)
+    plain.assign_passes(3, 2**50 + 1)
+    for p in range(3):
+        S1, m1, n1 = third_moment_sums(cached, U, norm_bound=0.9, pass_index=p)
+        if p == 0:
+            assert cached.last_pass.units_read == 0 and cached.last_pass.units_cached > 0
+        S2, m2, n2 = third_moment_sums(plain, U, norm_bound=0.9, pass_index=p)
+        assert n1 == n2 and np.allclose(S1, S2, rtol=1e-13, atol=0) and np.allclose(m1, m2, rtol=1e-13, atol=0)
 
 
 def _path_lines(caplog):

@@ -46,6 +46,7 @@ Pure numpy (uint64 arithmetic wraps); no Spark, no privacy.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -147,11 +148,23 @@ def local_groups(bits: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return group, number, order[starts]
 
 
-def unit_groups(X: np.ndarray, state: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A unit's groups for the driver: ``(g, big, counts)`` = each group's g, and the groups of counts above 1."""
+class UnitHashes(NamedTuple):
+    """A unit's rows hashed and grouped once (:func:`unit_hashes`): each row's g and :func:`local_groups`."""
+
+    g: np.ndarray
+    groups: tuple[np.ndarray, np.ndarray, np.ndarray] | np.ndarray
+
+
+def unit_hashes(X: np.ndarray, state: int) -> UnitHashes:
+    """The raw rows' (before the policy and clipping) g and groups."""
     bits = normalised_bits(X)
     g = row_states(bits, state)
-    groups = local_groups(bits, g)
+    return UnitHashes(g, local_groups(bits, g))
+
+
+def unit_groups(hashes: UnitHashes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A unit's groups for the driver: ``(g, big, counts)`` = each group's g, and the groups of counts above 1."""
+    g, groups = hashes
     if isinstance(groups, np.ndarray):  # all distinct
         return groups, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     group, _, first = groups
@@ -198,11 +211,9 @@ def copy_offsets(units: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> 
     return out
 
 
-def unit_passes(X: np.ndarray, state: int, passes: int, offsets: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+def unit_passes(hashes: UnitHashes, passes: int, offsets: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
     """Each raw row's pass: pmod(xxhash64(seed, x, c), passes) with c = offset + number in the unit + 1."""
-    bits = normalised_bits(X)
-    g = row_states(bits, state)
-    groups = local_groups(bits, g)
+    g, groups = hashes
     if isinstance(groups, np.ndarray):  # all distinct: c = 1, plus the offset of a value other units hold
         c = np.ones(g.shape[0], dtype=np.int64)
         if offsets is not None:

@@ -348,7 +348,7 @@ class ParquetRows:
     last_pass: PassStats | None = None
     fresh: FreshPasses | None = None
 
-    def assign_passes(self, passes: int, seed: int) -> None:
+    def assign_passes(self, passes: int, seed: int, *, prefill: tuple[float, str] | None = None) -> None:
         """Gives every row its fresh-mode pass, the function ``prepare_rows(passes=, seed=)`` computes in Spark.
 
         One Spark job: the tasks read their units and send each distinct
@@ -356,13 +356,18 @@ class ParquetRows:
         numbers the copies of values found in several units. Later passes
         compute each row's pass while preparing its unit, and cache the
         unit's rows sorted by pass, so a pass reads only its own rows.
+        ``prefill`` ``(norm_bound, nonfinite)``: the job also caches each
+        unit's prepared rows with their passes as they are when no other
+        unit holds its values (continuous data: every unit), so the first
+        pass reads no file.
         """
         from spark_dp.aggregates import _fresh
 
         state = _fresh.seed_state(seed)
         units: list = []
         if self.tasks:
-            fn = parquet_groups_fn(self.tasks, self.columns, self.layout, self.d, state)
+            fn = parquet_groups_fn(self.tasks, self.columns, self.layout, self.d, state,
+                                   None if prefill is None else (*prefill, self.cache_bytes, int(passes)))
             table = to_arrow(task_ids(self.spark, self.tasks).mapInArrow(fn, _GROUPS_SCHEMA))
             units = [None] * sum(len(t) for t in self.tasks)
             for u, g, big, counts in zip(*(table.column(c).to_pylist() for c in ("unit", "g", "big", "counts")),
@@ -581,17 +586,35 @@ def _raw_unit(unit: Unit, columns: list[str], layout: str, d: int) -> np.ndarray
     return np.concatenate(blocks) if blocks else np.empty((0, d))
 
 
-def parquet_groups_fn(tasks: Sequence[Sequence[Unit]], columns: Sequence[str], layout: str, d: int, state: int
+def parquet_groups_fn(tasks: Sequence[Sequence[Unit]], columns: Sequence[str], layout: str, d: int, state: int,
+                      prefill: tuple[float, str, int, int] | None = None,
                       ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of :meth:`ParquetRows.assign_passes`: one row per unit, its groups' keys."""
-    from spark_dp.aggregates._fresh import unit_groups
+    """The ``mapInArrow`` function of :meth:`ParquetRows.assign_passes`: one row per unit, its groups' keys.
+
+    ``prefill`` ``(norm_bound, nonfinite, cache_bytes, passes)``: also
+    caches each unit's rows with the passes they have without copy offsets.
+    """
+    from spark_dp.aggregates import _worker_cache as wc
+    from spark_dp.aggregates._fresh import unit_groups, unit_hashes, unit_passes
 
     tasks = [list(t) for t in tasks]
     columns = list(columns)
 
     def groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        wc.HOST.forget_missing()
         for index, unit in indexed_units(tasks, batches):
-            g, big, counts = unit_groups(_raw_unit(unit, columns, layout, d), state)
+            version = wc.file_version(unit[0]) if prefill is not None and prefill[2] > 0 else None
+            X = _raw_unit(unit, columns, layout, d)
+            hashes = unit_hashes(X, state)
+            g, big, counts = unit_groups(hashes)
+            if version is not None:
+                norm_bound, nonfinite, cap, passes = prefill
+                fresh = FreshPasses(passes, state, {})
+                key = _fresh_key(unit, version, columns, layout, d, norm_bound, nonfinite, fresh, None)
+                wc.drop_stale(key)
+                wc.CACHE.shrink(cap)
+                _cache_rows(key, _sorted_by_pass(X, unit_passes(hashes, passes, None), norm_bound, nonfinite),
+                            cap, unit[0], version)
             yield pa.RecordBatch.from_arrays(
                 [pa.array([index], pa.int64())] + [pa.array([a.tobytes()], pa.binary()) for a in (g, big, counts)],
                 names=["unit", "g", "big", "counts"])
@@ -616,18 +639,14 @@ def _unit_pass_rows(unit: Unit, index: int, columns: list[str], layout: str, d: 
     (:func:`spark_dp.aggregates._fresh.unit_passes`) and cached as
     :func:`_unit_rows` caches (read-only, if the file did not change).
     """
-    import hashlib
-
     from spark_dp.aggregates import _worker_cache as wc
-    from spark_dp.aggregates._fresh import unit_passes
+    from spark_dp.aggregates._fresh import unit_hashes, unit_passes
 
     offsets = fresh.offsets.get(index)
     key = None
     if cap > 0:
         version = wc.file_version(unit[0])
-        digest = None if offsets is None else hashlib.sha256(offsets[0].tobytes() + offsets[1].tobytes()).hexdigest()
-        key = wc.unit_key(unit, version, columns, layout, d + 1, norm_bound, nonfinite) + (
-            "fresh", fresh.passes, fresh.state, digest)
+        key = _fresh_key(unit, version, columns, layout, d, norm_bound, nonfinite, fresh, offsets)
         rows = wc.CACHE.get(key)
         if rows is None:
             rows = wc.HOST.get(key)
@@ -638,23 +657,53 @@ def _unit_pass_rows(unit: Unit, index: int, columns: list[str], layout: str, d: 
         wc.CACHE.shrink(cap)
     counters[1] += 1
     X = _raw_unit(unit, columns, layout, d)
-    passes = unit_passes(X, fresh.state, fresh.passes, offsets)
+    rows = _sorted_by_pass(X, unit_passes(unit_hashes(X, fresh.state), fresh.passes, offsets), norm_bound, nonfinite)
+    if key is not None:
+        _cache_rows(key, rows, cap, unit[0], version)
+    return rows
+
+
+def _fresh_key(unit: Unit, version, columns, layout: str, d: int, norm_bound: float, nonfinite: str,
+               fresh: FreshPasses, offsets: tuple[np.ndarray, np.ndarray] | None) -> tuple:
+    """The cache key of a unit's rows with their passes: the unit's key (rows of d + 1), the passes, the seed's
+    state and a digest of the unit's copy offsets.
+    """
+    import hashlib
+
+    from spark_dp.aggregates import _worker_cache as wc
+
+    digest = None if offsets is None else hashlib.sha256(offsets[0].tobytes() + offsets[1].tobytes()).hexdigest()
+    return wc.unit_key(unit, version, columns, layout, d + 1, norm_bound, nonfinite) + (
+        "fresh", fresh.passes, fresh.state, digest)
+
+
+def _sorted_by_pass(X: np.ndarray, passes: np.ndarray, norm_bound: float, nonfinite: str) -> np.ndarray:
+    """Raw rows → the policy-applied, clipped rows with their pass in column 0, sorted by pass."""
     if nonfinite == "drop":
         keep = np.isfinite(X).all(axis=1)
         X, passes = X[keep], passes[keep]
     X = clip_rows(apply_nonfinite(X, nonfinite), norm_bound)
     order = np.argsort(passes, kind="stable")
-    rows = np.empty((X.shape[0], d + 1))
+    rows = np.empty((X.shape[0], X.shape[1] + 1))
     rows[:, 0] = passes[order]
     rows[:, 1:] = X[order]
-    if key is not None and rows.shape[0] and wc.file_version(unit[0]) == version:
-        writer = wc.HOST.create(key, rows.shape[0], cap)
-        if writer is not None:
-            if writer.write(rows):
-                writer.commit()
-        else:
-            wc.CACHE.put(key, rows, cap)
     return rows
+
+
+def _cache_rows(key: tuple, rows: np.ndarray, cap: int, uri: str, version) -> None:
+    """Caches a unit's whole rows (host files first, else this worker; an empty unit there) if its file did not
+    change meanwhile.
+    """
+    from spark_dp.aggregates import _worker_cache as wc
+
+    if wc.file_version(uri) != version:
+        return
+    writer = wc.HOST.create(key, rows.shape[0], cap)
+    if writer is not None:
+        if writer.write(rows):
+            writer.commit()
+    else:
+        wc.CACHE.put(key, rows, cap)
 
 
 def clear_worker_cache(spark: SparkSession, uris: Sequence[str] | None = None, *, tasks: int | None = None) -> int:

@@ -290,7 +290,8 @@ def _rows_plan(
     }}
     source = _RowsSource(data, columns, dimension=dimension, privacy_unit=privacy_unit,
                          max_rows_per_unit=max_rows_per_unit, passes=None, mode=mode, source_paths=source_paths,
-                         cache_bytes=worker_cache_bytes, clear_cache=clear_worker_cache, nonfinite=nonfinite)
+                         cache_bytes=worker_cache_bytes, clear_cache=clear_worker_cache, nonfinite=nonfinite,
+                         norm_bound=norm_bound)
     on = on_input(mechanism, explicit=False)  # the registry entry (tensor.mechanisms.REGISTRY)
     req = TensorRequest(epsilon=epsilon, delta=delta, k=k, L=L, R=R, calibration=calibration, norm_bound=norm_bound,
                         mode=mode, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit, whiten=whiten,
@@ -346,10 +347,10 @@ class _RowsSource:
     """
 
     def __init__(self, data, columns, *, dimension, privacy_unit, max_rows_per_unit, passes, mode, source_paths,
-                 cache_bytes, clear_cache, nonfinite="drop") -> None:
+                 cache_bytes, clear_cache, nonfinite="drop", norm_bound=1.0) -> None:
         self.data, self.columns, self.dimension = data, columns, dimension
         self.privacy_unit, self.max_rows_per_unit = privacy_unit, max_rows_per_unit
-        self.passes, self.seed, self.mode, self.nonfinite = passes, 0, mode, nonfinite
+        self.passes, self.seed, self.mode, self.nonfinite, self.norm_bound = passes, 0, mode, nonfinite, norm_bound
         self.source_paths, self.cache_bytes, self.clear_cache = source_paths, cache_bytes, clear_cache
 
     def prepare(self):
@@ -369,7 +370,7 @@ class _RowsSource:
                 rows = None
             if rows is not None:
                 if self.passes is not None:
-                    rows.assign_passes(self.passes, self.seed)
+                    rows.assign_passes(self.passes, self.seed, prefill=(self.norm_bound, self.nonfinite))
                 return rows
         return prepare_rows(self.data, self.columns, dimension=self.dimension, privacy_unit=self.privacy_unit,
                             max_rows_per_unit=self.max_rows_per_unit, passes=self.passes, seed=self.seed)[0]
