@@ -25,6 +25,7 @@ from spark_dp.aggregates.moments import parquet_rows, prepare_rows, third_moment
 from spark_dp.aggregates.xxh64 import xxh64_bytes, xxh64_long
 from spark_dp.privacy import SeededSampler
 from spark_dp.tensor.api import tensor_decomposition
+from tests.test_tensor_parquet import small_splits  # noqa: F401 - the fixture: files split into several units
 
 D = 3
 COLS = [f"x{j}" for j in range(D)]
@@ -62,15 +63,6 @@ def write_files(path, seed=0, sizes=(130, 90, 70), distinct_per_file=False):
     return path
 
 
-@pytest.fixture
-def small_splits(spark):
-    """Files split by row groups into several units (as large files are): copies meet across units."""
-    key = "spark.sql.files.maxPartitionBytes"
-    spark.conf.set(key, "1k")
-    yield
-    spark.conf.unset(key)
-
-
 def test_hashes_are_sparks():
     rng = np.random.default_rng(3)
     v = rng.integers(0, 2**63, 50, dtype=np.int64).view(np.uint64)
@@ -93,7 +85,8 @@ def test_copy_offsets_number_copies_across_units():
 
 @pytest.mark.parametrize("seed, nonfinite, distinct", [(12345, "drop", False), (2**61 + 7, "zero", False),
                                                        (2**40 + 3, "drop", True)])  # int and bigint literals
-def test_every_pass_holds_the_rows_spark_gives_it(spark, tmp_path, small_splits, seed, nonfinite, distinct):
+@pytest.mark.usefixtures("small_splits")
+def test_every_pass_holds_the_rows_spark_gives_it(spark, tmp_path, seed, nonfinite, distinct):
     path = write_files(str(tmp_path / "data"), distinct_per_file=distinct)
     passes = 5
     # the distinct case caches the rows as they are without copy offsets while assigning: every unit has some,
@@ -118,7 +111,8 @@ def test_every_pass_holds_the_rows_spark_gives_it(spark, tmp_path, small_splits,
     assert sum(counts) == total == kept and min(counts) > 0  # disjoint, every kept row once
 
 
-def test_a_cached_unit_keeps_its_passes(spark, tmp_path, small_splits):
+@pytest.mark.usefixtures("small_splits")
+def test_a_cached_unit_keeps_its_passes(spark, tmp_path):
     path = write_files(str(tmp_path / "data"))
     direct = parquet_rows([path], COLS, spark=spark)
     direct.assign_passes(4, 99)

@@ -457,6 +457,19 @@ def parquet_rows(
     return ParquetRows(spark, [list(t) for t in tasks], columns, layout, d, int(cache_bytes))
 
 
+def _cached(key: tuple, cap: int) -> np.ndarray | None:
+    """A unit's rows from this worker's or the host's cache; on a miss, its stale versions dropped and room made."""
+    from spark_dp.aggregates import _worker_cache as wc
+
+    rows = wc.CACHE.get(key)
+    if rows is None:
+        rows = wc.HOST.get(key)
+    if rows is None:
+        wc.drop_stale(key)
+        wc.CACHE.shrink(cap)
+    return rows
+
+
 def _unit_rows(
     unit: Unit, columns: list[str], layout: str, d: int, norm_bound: float, nonfinite: str, cap: int,
     counters: list[int],
@@ -477,15 +490,11 @@ def _unit_rows(
     if cap > 0:
         version = wc.file_version(unit[0])
         key = wc.unit_key(unit, version, columns, layout, d, norm_bound, nonfinite)
-        rows = wc.CACHE.get(key)
-        if rows is None:
-            rows = wc.HOST.get(key)
+        rows = _cached(key, cap)
         if rows is not None:
             counters[0] += 1
             yield rows
             return
-        wc.drop_stale(key)
-        wc.CACHE.shrink(cap)
     counters[1] += 1
     buf = writer = None
     if key is not None:
@@ -611,10 +620,9 @@ def parquet_groups_fn(tasks: Sequence[Sequence[Unit]], columns: Sequence[str], l
                 norm_bound, nonfinite, cap, passes = prefill
                 fresh = FreshPasses(passes, state, {})
                 key = _fresh_key(unit, version, columns, layout, d, norm_bound, nonfinite, fresh, None)
-                wc.drop_stale(key)
-                wc.CACHE.shrink(cap)
-                _cache_rows(key, _sorted_by_pass(X, unit_passes(hashes, passes, None), norm_bound, nonfinite),
-                            cap, unit[0], version)
+                if _cached(key, cap) is None:
+                    _cache_rows(key, _sorted_by_pass(X, unit_passes(hashes, passes, None), norm_bound, nonfinite),
+                                cap, unit[0], version)
             yield pa.RecordBatch.from_arrays(
                 [pa.array([index], pa.int64())] + [pa.array([a.tobytes()], pa.binary()) for a in (g, big, counts)],
                 names=["unit", "g", "big", "counts"])
@@ -647,14 +655,10 @@ def _unit_pass_rows(unit: Unit, index: int, columns: list[str], layout: str, d: 
     if cap > 0:
         version = wc.file_version(unit[0])
         key = _fresh_key(unit, version, columns, layout, d, norm_bound, nonfinite, fresh, offsets)
-        rows = wc.CACHE.get(key)
-        if rows is None:
-            rows = wc.HOST.get(key)
+        rows = _cached(key, cap)
         if rows is not None:
             counters[0] += 1
             return rows
-        wc.drop_stale(key)
-        wc.CACHE.shrink(cap)
     counters[1] += 1
     X = _raw_unit(unit, columns, layout, d)
     rows = _sorted_by_pass(X, unit_passes(unit_hashes(X, fresh.state), fresh.passes, offsets), norm_bound, nonfinite)
