@@ -687,7 +687,8 @@ def _sorted_by_pass(X: np.ndarray, passes: np.ndarray, norm_bound: float, nonfin
         keep = np.isfinite(X).all(axis=1)
         X, passes = X[keep], passes[keep]
     X = clip_rows(apply_nonfinite(X, nonfinite), norm_bound)
-    order = np.argsort(passes, kind="stable")
+    # small ints sort by radix (~10x faster than int64's timsort on a million rows)
+    order = np.argsort(passes.astype(np.int16) if passes.size and passes.max() < 2**15 else passes, kind="stable")
     rows = np.empty((X.shape[0], X.shape[1] + 1))
     rows[:, 0] = passes[order]
     rows[:, 1:] = X[order]
