@@ -172,3 +172,40 @@ def test_an_abbreviated_read_schema_falls_back_with_its_reason():
             "Format: Parquet, Location: InMemoryFileIndex(1 paths)[file:/x], PartitionFilters: [], PushedFilters: [], "
             "ReadSchema: struct<a:double,b:do...\n")
     assert "abbreviated" in _check_plan(plan, ["a", "b"])
+
+
+@pytest.mark.parametrize("nonfinite, clipping_report", [("drop", False), ("zero", True)])
+def test_regression_intercept_takes_the_direct_path_with_the_same_release(spark, sources, tmp_path, caplog,
+                                                                         monkeypatch, nonfinite, clipping_report):
+    # fit_intercept=True (the default) inserts the public constant B/sqrt(d) column: the tasks insert it themselves
+    # (issue #17), so the plain scan no longer falls back to the Spark reader, and the exact matrix and the seeded
+    # release are the reader's bit for bit (quarter-integers and the constant 100/2 = 50: every sum is exact).
+    df = spark.table(sources["table"])
+
+    def regression(tag):
+        recorder = Recorder(SeededSampler(np.random.default_rng(7)))
+        session = DPSession("t.fastpath", ledger=f"sqlite:///{tmp_path}/{tag}.db", epsilon_limit=10.0,
+                            delta_limit=1e-3, output=str(tmp_path / tag), sampler=recorder)
+        rel = session.linear_regression(df, ["a", "b"], "c", epsilon=1.0, delta=1e-6, norm_bound=100.0,
+                                        nonfinite=nonfinite, clipping_report=clipping_report)
+        return [d.values for d in recorder.draws], rel.arrays
+
+    with caplog.at_level(logging.INFO, logger="spark_dp"):
+        direct_exact, direct = regression("direct")
+    assert "direct Parquet path, detected" in _path_log(caplog)
+    _spark_reader(monkeypatch)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="spark_dp"):
+        reader_exact, reader = regression("reader")
+    assert not any("Parquet path" in r.getMessage() for r in caplog.records)
+    assert len(direct_exact) == len(reader_exact) == 1 + clipping_report
+    assert all(np.array_equal(a, b) for a, b in zip(direct_exact, reader_exact, strict=True))
+    assert direct.keys() == reader.keys() and "intercept" in direct
+    assert all(np.array_equal(direct[k], reader[k]) for k in direct)
+    # the matrix of [a, b, 50, c] over the kept rows (the constant before the label, as the Spark expression puts it)
+    rows = [r for r in df.select("a", "b", "c").collect()]
+    if nonfinite == "drop":
+        rows = [r for r in rows if all(v is not None and np.isfinite(v) for v in r)]
+    A = np.array([[0.0 if v is None or not np.isfinite(v) else v for v in r] for r in rows])
+    A = np.insert(A, 2, 50.0, axis=1)
+    assert np.array_equal(direct_exact[0], (A.T @ A)[np.triu_indices(4)])

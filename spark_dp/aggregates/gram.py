@@ -178,25 +178,38 @@ def vector_dimension(df: DataFrame, columns: Sequence[str], dimension: int | Non
 
 # -- direct Parquet path -------------------------------------------------------
 
+def direct_affine(affine: Affine | None) -> bool:
+    """Whether the direct Parquet path can build ``affine``'s vector in its tasks: no map, or a constant column
+    only (a regression's intercept without bounds: a public constant, inserted as the Spark path inserts it).
+    """
+    return affine is None or (affine.constant_at is not None and not affine.flag
+                              and all(b is None for b in affine.bounds))
+
+
 def parquet_partials_fn(
     tasks: Sequence[Sequence[Unit]], columns: Sequence[str], layout: str, d: int, norm_bound: float, nonfinite: str,
-    count_clipped: bool = False,
+    count_clipped: bool = False, constant: tuple[int, float] | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function over task ids: reads their Parquet row groups with pyarrow → one partial.
 
     ``tasks[i]`` lists the units ``(uri, part, parts)`` of task i. ``layout``
     is ``list`` (one list column of length d) or ``columns`` (d numeric
     columns). A column missing from a file reads as nulls (as Spark reads
-    it), so its rows become NaN rows under the policy.
+    it), so its rows become NaN rows under the policy. ``constant``
+    ``(at, value)``: the public constant column (a regression's intercept)
+    inserted at index ``at`` of every row before the policy and the
+    clipping, as :func:`~spark_dp.aggregates._vectors.double_array` inserts
+    it on the Spark path; d then counts it.
     """
     tasks = [list(t) for t in tasks]
     columns = list(columns)
+    width = d - (constant is not None)
 
     def partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         acc = GramAccumulator(d, norm_bound, nonfinite, count_clipped=count_clipped)
         for unit in units_of(tasks, batches):
-            for block in unit_blocks(unit, columns, layout, d):
-                acc.add(block)
+            for block in unit_blocks(unit, columns, layout, width):
+                acc.add(block if constant is None else np.insert(block, constant[0], constant[1], axis=1))
         yield _partial_batch(acc)
 
     return partials
@@ -213,6 +226,7 @@ def gram_matrix_parquet(
     max_rows_per_unit: int = 1,
     spark: SparkSession | None = None,
     count_clipped: bool = False,
+    affine: Affine | None = None,
 ):
     """:func:`gram_matrix` of ``spark.read.parquet(*paths)``, reading the files with pyarrow in the tasks.
 
@@ -233,17 +247,24 @@ def gram_matrix_parquet(
     Args:
         paths: Parquet files or directories.
         columns, norm_bound, nonfinite, dimension, privacy_unit,
-            max_rows_per_unit, count_clipped: as for :func:`gram_matrix`
-            (no bounds here, so only the norm bound clips).
+            max_rows_per_unit, count_clipped: as for :func:`gram_matrix`.
         spark: the session (default: the active one).
+        affine: a constant column only (no bounds, no flag: see
+            :func:`direct_affine`), inserted by the tasks; d counts it.
 
     Returns:
         The symmetric d × d matrix Σᵢ aᵢaᵢᵀ over the kept, clipped rows.
     """
     check_nonfinite(nonfinite)
+    if affine is not None and not direct_affine(affine):
+        raise ValueError("bug: the direct Parquet path inserts a constant column only (no bounds, no flag)")
     spark, paths, df = source_frame(paths, spark)
     # Schema checks and d, exactly as the Spark path does them (no Spark job).
     _, d = vector_columns(df, columns, dimension)
+    constant = None
+    if affine is not None:
+        d += affine.extra
+        constant = (affine.constant_at, affine.constant_value)
     if privacy_unit is not None:
         check_unit(df, privacy_unit, max_rows_per_unit)
     fields = {name: f.dataType for name, f in schema_of(df).items()}
@@ -255,9 +276,9 @@ def gram_matrix_parquet(
     def spark_path():
         return gram_matrix(df, columns, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,
                            privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,
-                           count_clipped=count_clipped)
+                           count_clipped=count_clipped, affine=affine)
 
-    if privacy_unit is not None or layout == "vector":
+    if privacy_unit is not None or layout == "vector" or (constant is not None and layout != "columns"):
         return spark_path()
     files = sorted(df.inputFiles())
     if not files:
@@ -266,5 +287,5 @@ def gram_matrix_parquet(
     tasks = plan_tasks(spark, files, 8 * d * d) if physical is not None else None
     if tasks is None or not set(columns) <= set(physical):
         return spark_path()
-    fn = parquet_partials_fn(tasks, columns, layout, d, float(norm_bound), nonfinite, count_clipped)
+    fn = parquet_partials_fn(tasks, columns, layout, d, float(norm_bound), nonfinite, count_clipped, constant)
     return sum_partials(task_ids(spark, tasks).mapInArrow(fn, _PARTIAL_SCHEMA), d, count_clipped=count_clipped)

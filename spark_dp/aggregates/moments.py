@@ -32,12 +32,21 @@ Spark's local directories; per worker where there are none:
 :mod:`spark_dp.aggregates._worker_cache`). Later passes then do only BLAS,
 whichever worker runs them. The sums are the
 same either way (up to floating-point summation order).
+
+``fresh`` mode over such files stays off Spark's shuffle too:
+:meth:`ParquetRows.assign_passes` runs one job in which the tasks send the
+keyed hashes of their distinct rows, the driver numbers the copies of values
+found in several units, and each pass's tasks then compute every row's
+``pmod(xxhash64(seed, x, c), passes)`` as :func:`prepare_rows` does, and cache
+their units' rows sorted by pass (:mod:`spark_dp.aggregates._fresh` says
+exactly when the two can differ: a 64-bit keyed hash collision).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -56,7 +65,6 @@ from spark_dp.aggregates._parquet_tasks import (
     source_frame,
     task_ids,
     unit_blocks,
-    units_of,
 )
 from spark_dp.aggregates._vectors import (
     VECTOR_COL,
@@ -240,8 +248,9 @@ def third_moment_sums(
         U: (d, L) candidate vectors.
         norm_bound: B; rows with ‖x‖₂ > B are scaled to norm B.
         nonfinite: ``drop`` or ``zero``.
-        pass_index: if given, only rows with ``PASS_COL == pass_index``
-            (DataFrames from ``prepare_rows(passes=...)`` only).
+        pass_index: if given, only the rows of that pass (frames from
+            ``prepare_rows(passes=...)``, Parquet rows after
+            :meth:`ParquetRows.assign_passes`).
 
     Returns:
         ``(S, m3, count)`` (zeros for an empty input).
@@ -250,9 +259,10 @@ def third_moment_sums(
     U = np.asarray(U, dtype=np.float64)
     d, L = U.shape
     if isinstance(frame, ParquetRows):
-        if pass_index is not None:
-            raise ValueError("Parquet rows have no pass index: every pass reads all rows (reuse mode)")
-        total = frame.run_pass(U, d * L + L, norm_bound=float(norm_bound), nonfinite=nonfinite)
+        if pass_index is not None and frame.fresh is None:
+            raise ValueError("these Parquet rows have no pass index (call assign_passes first)")
+        total = frame.run_pass(U, d * L + L, norm_bound=float(norm_bound), nonfinite=nonfinite,
+                               pass_index=pass_index)
     else:
         src = frame
         if pass_index is not None:
@@ -332,6 +342,7 @@ class ParquetRows:
         cache_bytes: cap of each Python worker's block cache; 0 disables it
             (every pass reads the files).
         last_pass: :class:`PassStats` of the last pass.
+        fresh: fresh mode's passes, set by :meth:`assign_passes`.
     """
 
     spark: SparkSession
@@ -341,18 +352,51 @@ class ParquetRows:
     d: int
     cache_bytes: int = DEFAULT_CACHE_BYTES
     last_pass: PassStats | None = None
+    fresh: FreshPasses | None = None
+
+    def assign_passes(self, passes: int, seed: int, *, prefill: tuple[float, str] | None = None) -> None:
+        """Gives every row its fresh-mode pass, the function ``prepare_rows(passes=, seed=)`` computes in Spark.
+
+        One Spark job: the tasks read their units and send each distinct
+        value's keyed hash (:mod:`spark_dp.aggregates._fresh`); the driver
+        numbers the copies of values found in several units. Later passes
+        compute each row's pass while preparing its unit, and cache the
+        unit's rows sorted by pass, so a pass reads only its own rows.
+        ``prefill`` ``(norm_bound, nonfinite)``: the job also caches each
+        unit's prepared rows with their passes as they are when no other
+        unit holds its values (continuous data: every unit), so the first
+        pass reads no file.
+        """
+        from spark_dp.aggregates import _fresh
+
+        state = _fresh.seed_state(seed)
+        units: list = []
+        if self.tasks:
+            fn = parquet_groups_fn(self.tasks, self.columns, self.layout, self.d, state,
+                                   None if prefill is None else (*prefill, self.cache_bytes, int(passes)))
+            table = to_arrow(task_ids(self.spark, self.tasks).mapInArrow(fn, _GROUPS_SCHEMA))
+            units = [None] * sum(len(t) for t in self.tasks)
+            for u, g, big, counts in zip(*(table.column(c).to_pylist() for c in ("unit", "g", "big", "counts")),
+                                         strict=True):
+                units[u] = (np.frombuffer(g, dtype=np.uint64), np.frombuffer(big, dtype=np.int64),
+                            np.frombuffer(counts, dtype=np.int64))
+        self.fresh = FreshPasses(int(passes), state, _fresh.copy_offsets(units))
 
     @property
     def uris(self) -> list[str]:
         return sorted({u[0] for t in self.tasks for u in t})
 
-    def run_pass(self, U: np.ndarray | None, width: int, *, norm_bound: float, nonfinite: str) -> np.ndarray:
-        """One pass: the summed ``width`` values (third moment if ``U`` is given, else Σxxᵀ) and the count."""
+    def run_pass(self, U: np.ndarray | None, width: int, *, norm_bound: float, nonfinite: str,
+                 pass_index: int | None = None) -> np.ndarray:
+        """One pass: the summed ``width`` values (third moment if ``U`` is given, else Σxxᵀ) and the count.
+
+        ``pass_index``: only that pass's rows (after :meth:`assign_passes`); None: every row.
+        """
         total = np.zeros(width + 1)
         stats = PassStats()
         if self.tasks:
             fn = parquet_moment_fn(self.tasks, self.columns, self.layout, self.d, norm_bound, nonfinite, U,
-                                   self.cache_bytes)
+                                   self.cache_bytes, fresh=self.fresh, pass_index=pass_index)
             parts = to_arrow(task_ids(self.spark, self.tasks).mapInArrow(fn, _PARTIAL_SCHEMA))
             for value in parts.column("partial").to_pylist():
                 part = np.frombuffer(value, dtype=np.float64)
@@ -419,6 +463,19 @@ def parquet_rows(
     return ParquetRows(spark, [list(t) for t in tasks], columns, layout, d, int(cache_bytes))
 
 
+def _cached(key: tuple, cap: int) -> np.ndarray | None:
+    """A unit's rows from this worker's or the host's cache; on a miss, its stale versions dropped and room made."""
+    from spark_dp.aggregates import _worker_cache as wc
+
+    rows = wc.CACHE.get(key)
+    if rows is None:
+        rows = wc.HOST.get(key)
+    if rows is None:
+        wc.drop_stale(key)
+        wc.CACHE.shrink(cap)
+    return rows
+
+
 def _unit_rows(
     unit: Unit, columns: list[str], layout: str, d: int, norm_bound: float, nonfinite: str, cap: int,
     counters: list[int],
@@ -439,15 +496,11 @@ def _unit_rows(
     if cap > 0:
         version = wc.file_version(unit[0])
         key = wc.unit_key(unit, version, columns, layout, d, norm_bound, nonfinite)
-        rows = wc.CACHE.get(key)
-        if rows is None:
-            rows = wc.HOST.get(key)
+        rows = _cached(key, cap)
         if rows is not None:
             counters[0] += 1
             yield rows
             return
-        wc.drop_stale(key)
-        wc.CACHE.shrink(cap)
     counters[1] += 1
     buf = writer = None
     if key is not None:
@@ -486,12 +539,15 @@ def _unit_rows(
 
 def parquet_moment_fn(
     tasks: Sequence[Sequence[Unit]], columns: Sequence[str], layout: str, d: int, norm_bound: float,
-    nonfinite: str, U: np.ndarray | None, cache_bytes: int,
+    nonfinite: str, U: np.ndarray | None, cache_bytes: int, *, fresh: FreshPasses | None = None,
+    pass_index: int | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function over task ids: third-moment sums (``U`` given) or Σxxᵀ → one partial.
 
     The partial is the sums, the row count, then units served from the
     worker cache, units read, bytes cached in this worker, its process id.
+    With ``fresh`` the units' rows carry their passes and ``pass_index``
+    selects one (None: every row).
     """
     tasks = [list(t) for t in tasks]
     columns = list(columns)
@@ -504,14 +560,161 @@ def parquet_moment_fn(
         count = 0
         counters = [0, 0]
         wc.HOST.forget_missing()
-        for unit in units_of(tasks, batches):
-            for X in _unit_rows(unit, columns, layout, d, norm_bound, nonfinite, cache_bytes, counters):
+        for index, unit in indexed_units(tasks, batches):
+            if fresh is None:
+                blocks = _unit_rows(unit, columns, layout, d, norm_bound, nonfinite, cache_bytes, counters)
+            else:
+                blocks = [_pass_rows(_unit_pass_rows(unit, index, columns, layout, d, norm_bound, nonfinite,
+                                                     cache_bytes, counters, fresh), pass_index)]
+            for X in blocks:
                 acc.add(X)
                 count += X.shape[0]
         trailer = [float(count), counters[0], counters[1], wc.CACHE.nbytes + wc.HOST.nbytes(), wc.worker_id()]
         yield _binary(np.concatenate([acc.values(), trailer]))
 
     return partials
+
+
+class FreshPasses(NamedTuple):
+    """Fresh mode's passes over Parquet rows: the count, the seed's hash state, the copy offsets by unit index."""
+
+    passes: int
+    state: int
+    offsets: dict[int, tuple[np.ndarray, np.ndarray]]
+
+
+_GROUPS_SCHEMA = "unit long, g binary, big binary, counts binary"
+
+
+def indexed_units(tasks: Sequence[Sequence[Unit]], batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Unit]]:
+    """Inside a task: ``(index, unit)`` of the task ids arriving in ``batches``, index counted over all tasks."""
+    first = np.concatenate([[0], np.cumsum([len(t) for t in tasks])])
+    for batch in batches:
+        for task_id in batch.column(0).to_numpy(zero_copy_only=False):
+            for i, unit in enumerate(tasks[int(task_id)]):
+                yield int(first[int(task_id)]) + i, unit
+
+
+def _raw_unit(unit: Unit, columns: list[str], layout: str, d: int) -> np.ndarray:
+    """A unit's rows as read (NaN rows for nulls and bad rows), before the policy and clipping."""
+    blocks = list(unit_blocks(unit, columns, layout, d))
+    return np.concatenate(blocks) if blocks else np.empty((0, d))
+
+
+def parquet_groups_fn(tasks: Sequence[Sequence[Unit]], columns: Sequence[str], layout: str, d: int, state: int,
+                      prefill: tuple[float, str, int, int] | None = None,
+                      ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of :meth:`ParquetRows.assign_passes`: one row per unit, its groups' keys.
+
+    ``prefill`` ``(norm_bound, nonfinite, cache_bytes, passes)``: also
+    caches each unit's rows with the passes they have without copy offsets.
+    """
+    from spark_dp.aggregates import _worker_cache as wc
+    from spark_dp.aggregates._fresh import unit_groups, unit_hashes, unit_passes
+
+    tasks = [list(t) for t in tasks]
+    columns = list(columns)
+
+    def groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        wc.HOST.forget_missing()
+        for index, unit in indexed_units(tasks, batches):
+            version = wc.file_version(unit[0]) if prefill is not None and prefill[2] > 0 else None
+            X = _raw_unit(unit, columns, layout, d)
+            hashes = unit_hashes(X, state)
+            g, big, counts = unit_groups(hashes)
+            if version is not None:
+                norm_bound, nonfinite, cap, passes = prefill
+                fresh = FreshPasses(passes, state, {})
+                key = _fresh_key(unit, version, columns, layout, d, norm_bound, nonfinite, fresh, None)
+                if _cached(key, cap) is None:
+                    _cache_rows(key, _sorted_by_pass(X, unit_passes(hashes, passes, None), norm_bound, nonfinite),
+                                cap, unit[0], version)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([index], pa.int64())] + [pa.array([a.tobytes()], pa.binary()) for a in (g, big, counts)],
+                names=["unit", "g", "big", "counts"])
+
+    return groups
+
+
+def _pass_rows(rows: np.ndarray, pass_index: int | None) -> np.ndarray:
+    """The rows of one pass (all without ``pass_index``) from a unit's rows sorted by pass (pass in column 0)."""
+    if pass_index is None:
+        return rows[:, 1:]
+    lo, hi = np.searchsorted(rows[:, 0], [pass_index - 0.5, pass_index + 0.5])
+    return rows[lo:hi, 1:]
+
+
+def _unit_pass_rows(unit: Unit, index: int, columns: list[str], layout: str, d: int, norm_bound: float,
+                    nonfinite: str, cap: int, counters: list[int], fresh: FreshPasses) -> np.ndarray:
+    """Inside a task: the unit's clipped, policy-applied rows with their passes, sorted by pass (pass first).
+
+    From the host's or the worker's cache (key: the unit's, plus the passes,
+    the seed's state and the unit's copy offsets), or computed from the file
+    (:func:`spark_dp.aggregates._fresh.unit_passes`) and cached as
+    :func:`_unit_rows` caches (read-only, if the file did not change).
+    """
+    from spark_dp.aggregates import _worker_cache as wc
+    from spark_dp.aggregates._fresh import unit_hashes, unit_passes
+
+    offsets = fresh.offsets.get(index)
+    key = None
+    if cap > 0:
+        version = wc.file_version(unit[0])
+        key = _fresh_key(unit, version, columns, layout, d, norm_bound, nonfinite, fresh, offsets)
+        rows = _cached(key, cap)
+        if rows is not None:
+            counters[0] += 1
+            return rows
+    counters[1] += 1
+    X = _raw_unit(unit, columns, layout, d)
+    rows = _sorted_by_pass(X, unit_passes(unit_hashes(X, fresh.state), fresh.passes, offsets), norm_bound, nonfinite)
+    if key is not None:
+        _cache_rows(key, rows, cap, unit[0], version)
+    return rows
+
+
+def _fresh_key(unit: Unit, version, columns, layout: str, d: int, norm_bound: float, nonfinite: str,
+               fresh: FreshPasses, offsets: tuple[np.ndarray, np.ndarray] | None) -> tuple:
+    """The cache key of a unit's rows with their passes: the unit's key (rows of d + 1), the passes, the seed's
+    state and a digest of the unit's copy offsets.
+    """
+    import hashlib
+
+    from spark_dp.aggregates import _worker_cache as wc
+
+    digest = None if offsets is None else hashlib.sha256(offsets[0].tobytes() + offsets[1].tobytes()).hexdigest()
+    return wc.unit_key(unit, version, columns, layout, d + 1, norm_bound, nonfinite) + (
+        "fresh", fresh.passes, fresh.state, digest)
+
+
+def _sorted_by_pass(X: np.ndarray, passes: np.ndarray, norm_bound: float, nonfinite: str) -> np.ndarray:
+    """Raw rows → the policy-applied, clipped rows with their pass in column 0, sorted by pass."""
+    if nonfinite == "drop":
+        keep = np.isfinite(X).all(axis=1)
+        X, passes = X[keep], passes[keep]
+    X = clip_rows(apply_nonfinite(X, nonfinite), norm_bound)
+    # small ints sort by radix (~10x faster than int64's timsort on a million rows)
+    order = np.argsort(passes.astype(np.int16) if passes.size and passes.max() < 2**15 else passes, kind="stable")
+    rows = np.empty((X.shape[0], X.shape[1] + 1))
+    rows[:, 0] = passes[order]
+    rows[:, 1:] = X[order]
+    return rows
+
+
+def _cache_rows(key: tuple, rows: np.ndarray, cap: int, uri: str, version) -> None:
+    """Caches a unit's whole rows (host files first, else this worker; an empty unit there) if its file did not
+    change meanwhile.
+    """
+    from spark_dp.aggregates import _worker_cache as wc
+
+    if wc.file_version(uri) != version:
+        return
+    writer = wc.HOST.create(key, rows.shape[0], cap)
+    if writer is not None:
+        if writer.write(rows):
+            writer.commit()
+    else:
+        wc.CACHE.put(key, rows, cap)
 
 
 def clear_worker_cache(spark: SparkSession, uris: Sequence[str] | None = None, *, tasks: int | None = None) -> int:

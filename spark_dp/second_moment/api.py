@@ -32,7 +32,7 @@ from spark_dp import _validation as V
 from spark_dp import params as P
 from spark_dp.aggregates import gram_matrix
 from spark_dp.aggregates._scan import choose_source_paths
-from spark_dp.aggregates.gram import gram_matrix_parquet
+from spark_dp.aggregates.gram import direct_affine, gram_matrix_parquet
 from spark_dp.aggregates.norms import value_counts
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import Budget, Chokepoint
@@ -127,8 +127,9 @@ def _release(
                                      row_ids=plan.params["row_ids"], affine=affine)
 
             return project
-        # Given, or detected when df is a plain Parquet scan (aggregates/_scan.py); not for rows with an affine map.
-        paths = None if affine is not None else choose_source_paths(
+        # Given, or detected when df is a plain Parquet scan (aggregates/_scan.py). The tasks insert a constant
+        # column themselves (a regression's intercept: a public constant); bounds are applied in Spark.
+        paths = None if not direct_affine(affine) else choose_source_paths(
             df, vec.columns, source_paths, owner=task,
             unsupported="privacy_unit needs a shuffle" if privacy_unit else None)
         if paths:
@@ -137,7 +138,7 @@ def _release(
             return gram_matrix_parquet(paths, vec.columns, norm_bound=norm_bound, nonfinite=nonfinite,
                                        dimension=dimension, privacy_unit=privacy_unit,
                                        max_rows_per_unit=max_rows_per_unit, spark=df.sparkSession,
-                                       count_clipped=count)
+                                       count_clipped=count, affine=affine)
         return gram_matrix(df, vec.columns, norm_bound=norm_bound, nonfinite=nonfinite, dimension=dimension,
                            privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, affine=affine,
                            count_clipped=count)

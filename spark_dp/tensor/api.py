@@ -163,14 +163,17 @@ def tensor_decomposition(
         dataset_path: path of the data, recorded in the request (jobs).
         config_sha256: digest of the job config.
         source_paths: the Parquet files ``data`` is a plain read of (as the
-            job passes for ``format: parquet``). In ``reuse`` mode the passes
-            then read the files in the tasks and keep the prepared rows in a
-            bounded cache shared by the Python workers of each host (files
-            mapped from Spark's local directories; per worker where there
-            are none), so later rounds do only BLAS
+            job passes for ``format: parquet``; detected when ``data`` is
+            one). The passes then read the files in the tasks and keep the
+            prepared rows in a bounded cache shared by the Python workers of
+            each host (files mapped from Spark's local directories; per
+            worker where there are none), so later rounds do only BLAS
             (:func:`spark_dp.aggregates.moments.parquet_rows`); same
-            results. ``fresh`` mode (and a ``privacy_unit``) keeps the Spark
-            path. Leave None for any other DataFrame.
+            results. In ``fresh`` mode the tasks give each row the pass the
+            Spark path gives it (:mod:`spark_dp.aggregates._fresh`: one more
+            job, no shuffle). A ``privacy_unit`` (and, in ``fresh`` mode, an
+            array column with ``nonfinite="zero"``) keeps the Spark path.
+            Leave None for any other DataFrame.
         worker_cache_bytes: cap of the block cache for ``source_paths``:
             per host for the shared files, per Python worker otherwise
             (default 2 GiB); 0 reads the files every round.
@@ -319,7 +322,8 @@ def _rows_plan(
     }}
     source = _RowsSource(data, columns, dimension=dimension, privacy_unit=privacy_unit,
                          max_rows_per_unit=max_rows_per_unit, passes=None, mode=mode, source_paths=source_paths,
-                         cache_bytes=worker_cache_bytes, clear_cache=clear_worker_cache, affine=affine)
+                         cache_bytes=worker_cache_bytes, clear_cache=clear_worker_cache, affine=affine,
+                         nonfinite=nonfinite, norm_bound=norm_bound)
     on = on_input(mechanism, explicit=False)  # the registry entry (tensor.mechanisms.REGISTRY)
     req = TensorRequest(epsilon=epsilon, delta=delta, k=k, L=L, R=R, calibration=calibration, norm_bound=norm_bound,
                         mode=mode, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit, whiten=whiten,
@@ -369,19 +373,21 @@ def _rows_plan(
 class _RowsSource:
     """Where the passes read the rows: a cached vectorised frame, or Parquet files read by the tasks.
 
-    ``reuse`` mode over plain Parquet files (``source_paths``, or detected
-    from the frame: :mod:`spark_dp.aggregates._scan`) reads them in
-    the tasks with the worker block cache; everything else (``fresh`` mode's
-    pass index, privacy units, public ``bounds`` (``affine``: clamped and
-    scaled in the Spark expression), other sources) caches the vectorised frame.
+    Plain Parquet files (``source_paths``, or detected from the frame:
+    :mod:`spark_dp.aggregates._scan`) are read in the tasks with the worker
+    block cache, in both modes: ``fresh`` mode's tasks give each row the
+    pass Spark's ``prepare_rows`` would (:mod:`spark_dp.aggregates._fresh`).
+    Everything else (privacy units, public ``bounds`` (``affine``: clamped and
+    scaled in the Spark expression), other sources, an array column with
+    ``nonfinite="zero"`` in fresh mode) caches the vectorised frame.
     """
 
     def __init__(self, data, columns, *, dimension, privacy_unit, max_rows_per_unit, passes, mode, source_paths,
-                 cache_bytes, clear_cache, affine=None) -> None:
+                 cache_bytes, clear_cache, affine=None, nonfinite="drop", norm_bound=1.0) -> None:
         self.affine = affine
         self.data, self.columns, self.dimension = data, columns, dimension
         self.privacy_unit, self.max_rows_per_unit = privacy_unit, max_rows_per_unit
-        self.passes, self.seed, self.mode = passes, 0, mode
+        self.passes, self.seed, self.mode, self.nonfinite, self.norm_bound = passes, 0, mode, nonfinite, norm_bound
         self.source_paths, self.cache_bytes, self.clear_cache = source_paths, cache_bytes, clear_cache
 
     def prepare(self):
@@ -389,14 +395,20 @@ class _RowsSource:
         from spark_dp.aggregates.moments import parquet_rows, prepare_rows
 
         # Given, or detected when the data is a plain Parquet scan (aggregates/_scan.py).
-        paths = None if self.mode != "reuse" or self.affine is not None else choose_source_paths(
+        paths = None if self.affine is not None else choose_source_paths(
             self.data, self.columns, self.source_paths, owner=OWNER,
             unsupported="privacy_unit needs a shuffle" if self.privacy_unit else None)
         if paths:
             kw = {} if self.cache_bytes is None else {"cache_bytes": self.cache_bytes}
             rows = parquet_rows(paths, self.columns, dimension=self.dimension,
                                 privacy_unit=self.privacy_unit, spark=self.data.sparkSession, **kw)
+            if rows is not None and self.passes is not None and rows.layout == "list" and self.nonfinite == "zero":
+                # Spark's hash skips an array's null elements, which the tasks read as NaN (aggregates/_fresh.py).
+                log.info("%s: Spark reader path (fresh mode over an array column with nonfinite='zero')", OWNER)
+                rows = None
             if rows is not None:
+                if self.passes is not None:
+                    rows.assign_passes(self.passes, self.seed, prefill=(self.norm_bound, self.nonfinite))
                 return rows
         return prepare_rows(self.data, self.columns, dimension=self.dimension, privacy_unit=self.privacy_unit,
                             max_rows_per_unit=self.max_rows_per_unit, passes=self.passes, seed=self.seed,
