@@ -57,10 +57,11 @@ from spark_dp._compat import to_arrow
 from spark_dp.aggregates._partitioning import partitions_for_bytes, task_slots
 
 #: Bytes of partials the driver collects in one piece; above, the DataFrame path coalesces and the
-#: tree step sums on the executors. Measured on the scaling benchmark's two-executor cluster
-#: (docs/benchmarks.md, "What grows with the number of executors"): a partial costs the driver about
-#: (task + fetch + sum) ≈ 0.09 s per 2 MB above Spark's 1 MiB direct-result size, so 64 MiB is
-#: about 3 s of driver time at worst, against ≥ 0.3 s for one extra stage.
+#: tree step sums on the executors. Why this value (docs/benchmarks.md, "What grows with the number
+#: of executors"): the driver holds the partials and their sum under its default 1 GiB heap and
+#: ``spark.driver.maxResultSize`` (1 GiB); the two-executor benchmark spent ≈ 25 ms of driver CPU a
+#: MiB of partials, so 64 MiB is ≈ 1.6 s at worst, about what the tree's extra stage costs here.
+#: Read at call time (tests set it to 0 to force the tree step).
 TREE_THRESHOLD_BYTES = 64 << 20
 
 _SEQ = "__spark_dp_partial_seq"
@@ -107,6 +108,7 @@ class VectorPartials:
     """
 
     schema = "partial binary"
+    columns = ("partial",)
 
     def __init__(self, width: int, dtype=np.float64, tail: int = 0) -> None:
         self.width, self.dtype, self.tail = int(width), np.dtype(dtype), int(tail)
@@ -141,6 +143,7 @@ class DenseCounterPartials:
     """The sketch kernels' dense partials: (dense, idx, v), a full counter table or its non-zero pairs."""
 
     schema = "dense boolean, idx binary, v binary"
+    columns = ("dense", "idx", "v")
 
     def __init__(self, size: int) -> None:
         self.size = int(size)
@@ -238,7 +241,7 @@ def cap_partials(frame: DataFrame, fmt, threshold: int | None = None) -> tuple[D
 
 def tree_reduce(partials: DataFrame, fmt, count: int, threshold: int | None = None) -> DataFrame:
     """The partials frame with the tree's levels added (the same frame when none is needed)."""
-    cols = partials.columns
+    cols = list(fmt.columns)  # (not ``partials.columns``: no schema round trip)
     for g in tree_levels(count, fmt.nbytes, task_slots(partials.sparkSession), threshold):
         tagged = partials.withColumn(_SEQ, F.spark_partition_id())
         partials = (tagged.repartition(g, F.col(_SEQ)).sortWithinPartitions(_SEQ).select(*cols)
