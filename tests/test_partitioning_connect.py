@@ -45,7 +45,7 @@ flat = gram_matrix(df, cols, norm_bound=1.0)
 _partials.TREE_THRESHOLD_BYTES = 0
 tree = gram_matrix(df, cols, norm_bound=1.0)
 out["tree_gap"] = float(abs(flat - tree).max())
-out["tree_plan"] = _partials.tree_reduce(spark.range(0, 5, 1, 5).selectExpr("CAST(id AS BINARY) AS partial"),
+out["tree_plan"] = _partials.tree_reduce(spark.range(0, 5, 1, 5).selectExpr("CAST(CAST(id AS STRING) AS BINARY) AS partial"),
                                          _partials.VectorPartials(1), 5)._explain_string(mode="simple")
 rel = dp.second_moment(df, cols, epsilon=1.0, delta=1e-6, norm_bound=0.9, privacy_unit="u", max_rows_per_unit=2)
 out["tree_shape"] = list(rel.arrays["matrix"].shape)
