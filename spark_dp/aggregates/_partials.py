@@ -241,6 +241,8 @@ def cap_partials(frame: DataFrame, fmt, threshold: int | None = None) -> tuple[D
 
 def tree_reduce(partials: DataFrame, fmt, count: int, threshold: int | None = None) -> DataFrame:
     """The partials frame with the tree's levels added (the same frame when none is needed)."""
+    if count <= 1 or count * fmt.nbytes <= _threshold(threshold):
+        return partials  # (without reading the task slots: no conf round trip)
     cols = list(fmt.columns)  # (not ``partials.columns``: no schema round trip)
     for g in tree_levels(count, fmt.nbytes, task_slots(partials.sparkSession), threshold):
         tagged = partials.withColumn(_SEQ, F.spark_partition_id())
