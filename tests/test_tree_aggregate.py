@@ -193,3 +193,31 @@ def test_sketch_tree_equals_flat(spark, aqe, monkeypatch, record_levels, method)
     assert len(record_levels) == 1 and record_levels[0]
     assert np.array_equal(tree, flat)  # signed counts: exact in any order
     assert np.abs(flat).sum() > 0
+
+
+def _last_stage_tasks(spark, run) -> int:
+    """Task count of the last stage ``run()`` ran (Spark's status tracker; tests may use the SparkContext)."""
+    import uuid
+
+    sc = spark.sparkContext
+    group = f"tree-{uuid.uuid4().hex}"
+    sc.setJobGroup(group, "cap")
+    try:
+        run()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    tracker = sc.statusTracker()
+    stages = [s for j in tracker.getJobIdsForGroup(group) for s in tracker.getJobInfo(j).stageIds]
+    return tracker.getStageInfo(max(stages)).numTasks
+
+
+def test_dataframe_path_caps_its_partials(spark, monkeypatch):
+    """A frame of 7 partitions: 7 partials under the default threshold, 4 when only 4 fit (2 slots, whole
+    waves), with the same matrix."""
+    df = _frame(spark, parts=7)
+    cols = [f"x{i}" for i in range(6)]
+    out = {}
+    assert _last_stage_tasks(spark, lambda: out.setdefault("flat", gram_matrix(df, cols, norm_bound=1.0))) == 7
+    monkeypatch.setattr(T, "TREE_THRESHOLD_BYTES", 4 * 8 * 6 * 6)
+    assert _last_stage_tasks(spark, lambda: out.setdefault("capped", gram_matrix(df, cols, norm_bound=1.0))) == 4
+    np.testing.assert_allclose(out["capped"], out["flat"], rtol=1e-12, atol=1e-12)
