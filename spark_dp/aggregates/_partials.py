@@ -3,10 +3,10 @@
 Every exact aggregate is one ``mapInArrow`` pass whose tasks each yield one
 partial (a Gram partial is 8·d² bytes, a third-moment partial 8·(d·L + L + 1),
 a JL partial 8·r·d, a sketch partial up to 8·k·b). What the driver receives
-is (number of partials) × (partial size); past a few tens of MB that, not the
-data, sets the time (docs/benchmarks.md: 200 Gram partials of 2 MB cost
-18 s on a two-executor cluster, 2 cost 0.23 s). Two measures keep it
-bounded, both Spark Connect safe (DataFrame operations only: no RDD API, no
+is (number of partials) × (partial size), and each partial is a Python
+task (docs/benchmarks.md: 200 Gram partials of 2 MB from trivial tasks cost
+15–18 s on a two-executor cluster, 2 cost 0.2–0.6 s; mostly per task, not
+per byte). Two measures keep it bounded, both Spark Connect safe (DataFrame operations only: no RDD API, no
 SparkContext):
 
 * :func:`cap_partials` — on the DataFrame path the number of partials is the
