@@ -3,6 +3,7 @@
     PYTHONPATH=$PWD .venv/bin/python benchmarks/scaling.py               # 2e5 and 1e7 rows; prints the table
     PYTHONPATH=$PWD .venv/bin/python benchmarks/scaling.py --write-doc   # ... and rewrites its block of docs/benchmarks.md
     PYTHONPATH=$PWD .venv/bin/python benchmarks/scaling.py --quick       # 2e5 rows, 1 rep: a check that it works
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/scaling.py --partials-only --partials 2 32 200  # summing partials
 
 What runs, in order:
 
@@ -55,11 +56,13 @@ the driver's share, two ways:
   during the call (``/proc``): this includes work done while jobs run
   (scheduling tasks, receiving results).
 
-Then, on the two-worker cluster, the driver's cost of summing partials
-(the aggregate layer has no tree aggregation; docs/benchmarks.md): a frame
+Then, on the two-worker cluster, the cost of summing partials
+(docs/benchmarks.md, "What grows with the number of executors"): a frame
 of ``n`` partitions each yielding one d × d partial (d = ``--partials-d``,
-500 by default: 2 MB a partial) through ``gram.sum_partials``, for each
-``n`` of ``--partials``.
+500 by default: 2 MB a partial), for each ``n`` of ``--partials``, summed
+three ways (``partials_cost``): all n on the driver (as before the tree
+step), through the tree step (``spark_dp/aggregates/_partials.py``), and
+with the DataFrame path's cap (the input coalesced first).
 
 A benchmark, not a test: nothing is asserted about speed.
 """
@@ -239,31 +242,55 @@ def releases(tmp: str):
     }
 
 
+#: How the partials of ``partials_cost`` reach the driver: as they are (the code before the tree step), through
+#: the tree step on the executors, or with the DataFrame path's cap (the input coalesced before the partial pass).
+PARTIAL_MODES = ("flat", "tree", "capped")
+
+
 def partials_cost(spark, d: int, counts: list[int], reps: int) -> dict:
-    """Driver cost of ``gram.sum_partials`` over ``n`` partials of d × d doubles, for each n in ``counts``."""
+    """Cost of summing ``n`` partials of d × d doubles, each way of ``PARTIAL_MODES``, for each n in ``counts``.
+
+    A frame of n partitions whose tasks each yield one partial of ones (no data work: what is measured is
+    the tasks, the transfer and the summing). ``flat``: all n partials to the driver (``collect_sum`` with
+    no count, as before the tree step); ``tree``: the tree step for n partials at the default threshold
+    (``_partials.TREE_THRESHOLD_BYTES``; no tree when n partials fit under it); ``capped``: the input
+    coalesced by ``cap_partials`` first, as the DataFrame path now does, so fewer tasks yield partials.
+    """
     import numpy as np
     import pyarrow as pa
 
-    from spark_dp.aggregates.gram import _PARTIAL_SCHEMA, sum_partials
+    from spark_dp.aggregates import _partials
+
+    fmt = _partials.VectorPartials(d * d)
 
     def one_partial(batches):
         for _ in batches:
             pass
         yield pa.RecordBatch.from_arrays([pa.array([np.ones(d * d).tobytes()], type=pa.binary())], names=["partial"])
 
+    def run(n: int, mode: str):
+        src, count = spark.range(0, n, 1, numPartitions=n), None
+        if mode == "capped":
+            src, count = _partials.cap_partials(src, fmt)
+        elif mode == "tree":
+            count = n
+        return _partials.collect_sum(src.mapInArrow(one_partial, fmt.schema), fmt, count)
+
     out = {}
     for i, n in enumerate(counts):
-        frame = spark.range(0, n, 1, numPartitions=n).mapInArrow(one_partial, _PARTIAL_SCHEMA)
-        try:
-            if i == 0:
-                measure(spark, lambda: sum_partials(frame, d))  # warm-up
-            runs = [measure(spark, lambda: sum_partials(frame, d)) for _ in range(reps)]
-        except Exception as exc:  # noqa: BLE001 -- e.g. spark.driver.maxResultSize: reported, not fatal
-            out[n] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-            continue
-        out[n] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        print(f"partials d={d} n={n:4d}  total {out[n]['total']:.2f}  Spark {out[n]['spark']:.2f}  "
-              f"driver wall {out[n]['driver_wall']:.2f}  driver CPU {out[n]['driver_cpu']:.2f}", flush=True)
+        for mode in PARTIAL_MODES:
+            key = f"{n}/{mode}"
+            try:
+                if i == 0 and mode == PARTIAL_MODES[0]:
+                    measure(spark, lambda: run(n, mode))  # warm-up
+                runs = [measure(spark, lambda: run(n, mode)) for _ in range(reps)]
+            except Exception as exc:  # noqa: BLE001 -- e.g. spark.driver.maxResultSize: reported, not fatal
+                out[key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+                continue
+            out[key] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            print(f"partials d={d} n={n:4d} {mode:6s}  total {out[key]['total']:.2f}  Spark {out[key]['spark']:.2f}  "
+                  f"driver wall {out[key]['driver_wall']:.2f}  driver CPU {out[key]['driver_cpu']:.2f}  "
+                  f"tasks {out[key]['tasks']:.0f}", flush=True)
     return out
 
 
@@ -371,14 +398,16 @@ def table(one: dict, two: dict) -> str:
 def partials_table(partials: dict, d: int) -> str:
     if not partials:
         return ""
-    lines = [f"| partials of {d} × {d} ({8 * d * d / 2**20:.1f} MiB each) | total s | Spark job s "
-             "| driver wall s | driver CPU s |", "|---:|---:|---:|---:|---:|"]
-    for n, r in sorted(partials.items(), key=lambda kv: int(kv[0])):
+    lines = [f"| partials of {d} × {d} ({8 * d * d / 2**20:.1f} MiB each) | summed | total s | Spark job s "
+             "| driver wall s | driver CPU s | tasks |", "|---:|---|---:|---:|---:|---:|---:|"]
+    order = {m: i for i, m in enumerate(PARTIAL_MODES)}
+    for key, r in sorted(partials.items(), key=lambda kv: (int(kv[0].split("/")[0]), order[kv[0].split("/")[1]])):
+        n, mode = key.split("/")
         if "error" in r:
-            lines.append(f"| {int(n)} | failed: {r['error']} | | | |")
+            lines.append(f"| {int(n)} | {mode} | failed: {r['error']} | | | | |")
         else:
-            lines.append(f"| {int(n)} | {r['total']:.2f} | {r['spark']:.2f} | {r['driver_wall']:.2f} "
-                         f"| {r['driver_cpu']:.2f} |")
+            lines.append(f"| {int(n)} | {mode} | {r['total']:.2f} | {r['spark']:.2f} | {r['driver_wall']:.2f} "
+                         f"| {r['driver_cpu']:.2f} | {r['tasks']:.0f} |")
     return "\n".join(lines)
 
 
@@ -393,6 +422,8 @@ def main() -> None:
                     help="partial counts for the driver-summing measurement, on the two-worker cluster "
                          "(default 2 200; none: skip it)")
     ap.add_argument("--partials-reps", type=int, default=1)
+    ap.add_argument("--partials-only", action="store_true",
+                    help="only the partials measurement, on the two-worker cluster (prints; no --write-doc)")
     ap.add_argument("--quick", action="store_true", help="2e5 rows, 1 rep, partials 2 and 20: a check that it works")
     ap.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "spark-dp-scaling-data"))
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds per driver before it is killed")
@@ -409,6 +440,10 @@ def main() -> None:
         args.partials = [2, 200]
     if args.quick:
         args.rows, args.reps, args.partials = [200_000], 1, [2, 20]
+    if args.partials_only:
+        if args.write_doc:
+            raise SystemExit("--partials-only prints its table; --write-doc rewrites the whole block (run without it)")
+        args.rows = []
 
     signal.signal(signal.SIGTERM, _terminate)
     os.makedirs(args.data, exist_ok=True)
@@ -425,7 +460,7 @@ def main() -> None:
     load_before = os.getloadavg()
     started = time.gmtime()
     t0 = time.perf_counter()
-    one = run_on_cluster(1, args)
+    one = run_on_cluster(1, args) if not args.partials_only else {"results": []}
     two = run_on_cluster(2, args)
     load_after = os.getloadavg()
     body = table(one, two)

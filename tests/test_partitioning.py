@@ -187,6 +187,25 @@ def _releases():
 @pytest.mark.parametrize("odd_shuffle_partitions", ["false", "true"], indirect=True)
 @pytest.mark.parametrize("name", sorted(_releases()))
 def test_release_tasks_never_exceed_the_rule(spark, tmp_path, odd_shuffle_partitions, name):
+    _check_release_tasks(spark, tmp_path, name)
+
+
+@pytest.mark.parametrize("odd_shuffle_partitions", ["false", "true"], indirect=True)
+@pytest.mark.parametrize("name", ["second_moment_unit", "sketch_unit"])
+def test_tree_step_tasks_never_exceed_the_rule(spark, tmp_path, monkeypatch, odd_shuffle_partitions, name):
+    """With every partial over the threshold, the releases' partials go through the tree step: its exchange
+    has the rule's count too (spark_dp/aggregates/_partials.py), with AQE off and on."""
+    from spark_dp.aggregates import _partials
+
+    levels = []
+    real = _partials.tree_levels
+    monkeypatch.setattr(_partials, "tree_levels", lambda *a, **k: levels.append(real(*a, **k)) or levels[-1])
+    monkeypatch.setattr(_partials, "TREE_THRESHOLD_BYTES", 0)
+    _check_release_tasks(spark, tmp_path, name)
+    assert any(levels), f"{name}: no tree step ran ({levels})"
+
+
+def _check_release_tasks(spark, tmp_path, name):
     df = _frame(spark).cache()
     inputs = df.rdd.getNumPartitions()
     allowed = max(P.partitions_for(df.select("u", "x0", "x1", "x2", "x3", "item"), array_length=1), inputs)

@@ -5,7 +5,8 @@ a subprocess with SPARK_REMOTE set, where no SparkContext can start: the
 rule reads Spark's size estimate through Connect's explain, the task slots
 from the session conf, and a privacy-unit release and a fresh-mode tensor
 frame plan their exchanges with the rule's count while the session's
-``spark.sql.shuffle.partitions`` is 37.
+``spark.sql.shuffle.partitions`` is 37; the tree step that pre-sums partials
+runs over Connect and gives the same Gram matrix.
 """
 
 import re
@@ -37,6 +38,17 @@ tmp = tempfile.mkdtemp()
 dp = DPSession("cx", ledger=f"sqlite:///{tmp}/l.db", epsilon_limit=10, delta_limit=1e-3, output=f"{tmp}/o", sampler="numpy")
 rel = dp.second_moment(df, cols, epsilon=1.0, delta=1e-6, norm_bound=1.0, privacy_unit="u", max_rows_per_unit=2)
 out["shape"] = list(rel.arrays["matrix"].shape)
+# The tree step over Connect (every partial over the threshold): the same exact Gram, and a release through it.
+from spark_dp.aggregates import _partials
+from spark_dp.aggregates.gram import gram_matrix
+flat = gram_matrix(df, cols, norm_bound=1.0)
+_partials.TREE_THRESHOLD_BYTES = 0
+tree = gram_matrix(df, cols, norm_bound=1.0)
+out["tree_gap"] = float(abs(flat - tree).max())
+out["tree_plan"] = _partials.tree_reduce(spark.range(0, 5, 1, 5).selectExpr("CAST(CAST(id AS STRING) AS BINARY) AS partial"),
+                                         _partials.VectorPartials(1), 5)._explain_string(mode="simple")
+rel = dp.second_moment(df, cols, epsilon=1.0, delta=1e-6, norm_bound=0.9, privacy_unit="u", max_rows_per_unit=2)
+out["tree_shape"] = list(rel.arrays["matrix"].shape)
 assert SparkContext._active_spark_context is None, "a SparkContext was started"
 print(json.dumps(out))
 '''
@@ -56,3 +68,5 @@ def test_rule_and_vector_column_over_spark_connect(tmp_path, connect_server):
         assert counts and all(n <= out["rule"] for n in counts), plan
     assert out["fresh_rows"] == 400
     assert out["shape"] == [6, 6]
+    assert out["tree_gap"] < 1e-9 and out["tree_shape"] == [6, 6]
+    assert "__spark_dp_partial_seq" in out["tree_plan"] and "Sort" in out["tree_plan"], out["tree_plan"]

@@ -5,7 +5,8 @@ blocks (zero-copy for well-formed rows); per ~2 MB chunk the non-finite
 policy is applied, rows are clipped to ‖a‖₂ ≤ B, and BLAS ``dsyrk``
 accumulates the upper triangle of the partition's AᵀA in place
 (:class:`~spark_dp.aggregates._blocks.GramAccumulator`). One partial (d²
-doubles as bytes) leaves each partition; the driver sums them.
+doubles as bytes) leaves each task; the driver sums them, after a tree step on
+the executors when they are many (:mod:`spark_dp.aggregates._partials`).
 
 :func:`gram_matrix_parquet` computes the same matrix for Parquet paths with
 each task reading its files with pyarrow, skipping Spark's reader and the
@@ -19,14 +20,12 @@ aggregates only. Spark Connect safe (``mapInArrow``, no RDD API).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from spark_dp._compat import to_arrow
 from spark_dp.aggregates._blocks import GramAccumulator, list_to_block
 from spark_dp.aggregates._parquet_tasks import (
     Unit,
@@ -37,6 +36,7 @@ from spark_dp.aggregates._parquet_tasks import (
     unit_blocks,
     units_of,
 )
+from spark_dp.aggregates._partials import VectorPartials, arrow_batch_bytes, cap_partials, collect_sum
 from spark_dp.aggregates._vectors import (
     Affine,
     check_nonfinite,
@@ -47,35 +47,6 @@ from spark_dp.aggregates._vectors import (
 )
 
 _PARTIAL_SCHEMA = "partial binary"
-
-_BATCH_BYTES_CONF = "spark.sql.execution.arrow.maxBytesPerBatch"
-#: Arrow batches of ~4 MB into the Python workers. Spark's default batches are
-#: 10,000 rows whatever their width (40 MB at d = 500), which cost ~40 % more
-#: CPU in total here than 4 MB batches (the JVM's share +70 %).
-ARROW_BATCH_BYTES = 4 << 20
-
-
-@contextmanager
-def _arrow_batch_bytes(spark: SparkSession) -> Iterator[None]:
-    """Caps Arrow batches at ``ARROW_BATCH_BYTES`` while the block runs, unless the user set a cap.
-
-    A session setting (there is no per-query one): other queries running in
-    the same session at the same moment see smaller batches too, which
-    changes their speed only.
-    """
-    try:
-        user_value = spark.conf.get(_BATCH_BYTES_CONF, None)
-    except Exception:  # pragma: no cover - a server that hides its conf
-        user_value = "unknown"
-    if user_value is not None:
-        yield
-        return
-    spark.conf.set(_BATCH_BYTES_CONF, str(ARROW_BATCH_BYTES))
-    try:
-        yield
-    finally:
-        spark.conf.unset(_BATCH_BYTES_CONF)
-
 
 def _partial_batch(acc: GramAccumulator) -> pa.RecordBatch:
     """d² doubles (the upper triangle), then [clipped, rows] when the accumulator counts them."""
@@ -101,16 +72,23 @@ def gram_partials_fn(d: int, norm_bound: float, nonfinite: str, *, count_clipped
     return partials
 
 
-def sum_partials(frame: DataFrame, d: int, *, count_clipped: bool = False):
-    """Sums the partials on the driver; returns the full symmetric matrix (and [clipped, rows] when counted)."""
-    total = np.zeros((d, d), dtype=np.float64)
-    counts = np.zeros(2)
-    table = to_arrow(frame)
-    for value in table.column("partial").to_pylist():
-        parts = np.frombuffer(value, dtype=np.float64)
-        total += parts[: d * d].reshape(d, d)
-        if count_clipped:
-            counts += parts[d * d :]
+def _partials_format(d: int, count_clipped: bool) -> VectorPartials:
+    """d² doubles, then [clipped, rows] when counted (:func:`_partial_batch`)."""
+    return VectorPartials(d * d + 2 * int(count_clipped))
+
+
+def sum_partials(frame: DataFrame, d: int, *, count_clipped: bool = False, count: int | None = None,
+                 threshold: int | None = None):
+    """Sums the partials; returns the full symmetric matrix (and [clipped, rows] when counted).
+
+    ``count``: at most this many partials (the planned tasks, or the
+    DataFrame path's cap); above ``threshold`` bytes in all they are summed
+    on the executors first (:func:`~spark_dp.aggregates._partials.collect_sum`;
+    the same sum up to floating-point summation order, no noise involved).
+    """
+    total, _ = collect_sum(frame, _partials_format(d, count_clipped), count, threshold)
+    counts = total[d * d :]
+    total = total[: d * d].reshape(d, d)
     total = total + np.triu(total, 1).T
     return (total, counts) if count_clipped else total
 
@@ -167,8 +145,11 @@ def gram_matrix(
     )
     d = width - int(flag)
     fn = gram_partials_fn(d, float(norm_bound), nonfinite, count_clipped=count_clipped, flag_column=flag)
-    with _arrow_batch_bytes(frame.sparkSession):
-        return sum_partials(frame.mapInArrow(fn, _PARTIAL_SCHEMA), d, count_clipped=count_clipped)
+    # At most max(task slots, TREE_THRESHOLD_BYTES / 8d²) partials: a frame of many partitions is
+    # coalesced (no shuffle), so the driver never receives one partial per input split.
+    frame, cap = cap_partials(frame, _partials_format(d, count_clipped))
+    with arrow_batch_bytes(frame.sparkSession):
+        return sum_partials(frame.mapInArrow(fn, _PARTIAL_SCHEMA), d, count_clipped=count_clipped, count=cap)
 
 
 def vector_dimension(df: DataFrame, columns: Sequence[str], dimension: int | None = None) -> int:
@@ -288,4 +269,5 @@ def gram_matrix_parquet(
     if tasks is None or not set(columns) <= set(physical):
         return spark_path()
     fn = parquet_partials_fn(tasks, columns, layout, d, float(norm_bound), nonfinite, count_clipped, constant)
-    return sum_partials(task_ids(spark, tasks).mapInArrow(fn, _PARTIAL_SCHEMA), d, count_clipped=count_clipped)
+    return sum_partials(task_ids(spark, tasks).mapInArrow(fn, _PARTIAL_SCHEMA), d, count_clipped=count_clipped,
+                        count=len(tasks))

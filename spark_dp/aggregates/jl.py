@@ -58,8 +58,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_dp._compat import to_arrow
 from spark_dp.aggregates._blocks import apply_nonfinite, batch_to_block, clip_rows
+from spark_dp.aggregates._partials import VectorPartials, collect_sum
 from spark_dp.aggregates._partitioning import partitions_for
 from spark_dp.aggregates._vectors import (
     VECTOR_COL,
@@ -266,9 +266,13 @@ def jl_projection(
                          affine=affine)
     if row_ids not in ROW_IDS:
         raise ValueError(f"unknown row_ids {row_ids!r}; expected one of {list(ROW_IDS)}")
-    ids = row_id_frame(frame, vector_partitions(df, columns, d, privacy_unit)) if row_ids == "content" else frame
+    if row_ids == "content":
+        # The rule's exchange fixes the partial count (AQE keeps an explicit count): tree-summed when many.
+        count = vector_partitions(df, columns, d, privacy_unit)
+        ids = row_id_frame(frame, count)
+    else:
+        # Not coalesced (the columns of R follow the partition ids) and the count is not known: the driver
+        # sums the partials as they come.
+        ids, count = frame, None
     out = ids.mapInArrow(jl_partials_fn(d, int(r), float(norm_bound), nonfinite, int(key), row_ids), _PARTIAL_SCHEMA)
-    total = np.zeros((r, d), dtype=np.float64)
-    for value in to_arrow(out).column("partial").to_pylist():
-        total += np.frombuffer(value, dtype=np.float64).reshape(r, d)
-    return total
+    return collect_sum(out, VectorPartials(r * d), count)[0].reshape(r, d)

@@ -10,7 +10,9 @@ BLAS:
     S += Xᵀ (P ∘ P)    (d × L)   = Σ_x (xᵀu_τ)² x     for every column τ
     m3 += 1ᵀ (P ∘ P ∘ P)         = Σ_x (xᵀu_τ)³
 
-One partial (d·L + L + 1 doubles) leaves each partition; the driver sums them.
+One partial (d·L + L + 1 doubles) leaves each task; the driver sums them
+(:mod:`spark_dp.aggregates._partials`: at most a capped number, tree-summed on
+the executors when they are many).
 The d×d×d tensor is never formed. No noise and no privacy here.
 
 Passes of the online power method read disjoint chunks of rows in ``fresh``
@@ -66,6 +68,7 @@ from spark_dp.aggregates._parquet_tasks import (
     task_ids,
     unit_blocks,
 )
+from spark_dp.aggregates._partials import VectorPartials, cap_partials, collect_sum
 from spark_dp.aggregates._vectors import (
     VECTOR_COL,
     Affine,
@@ -232,6 +235,13 @@ def prepare_rows(
     return frame, d
 
 
+def _frame_sums(rows: DataFrame, fn, width: int) -> np.ndarray:
+    """The summed ``width``-double partials of ``fn`` over ``rows`` (partials capped, tree-summed when many)."""
+    fmt = VectorPartials(width)
+    rows, cap = cap_partials(rows, fmt)
+    return collect_sum(rows.mapInArrow(fn, _PARTIAL_SCHEMA), fmt, cap)[0]
+
+
 def third_moment_sums(
     frame: DataFrame | ParquetRows,
     U: np.ndarray,
@@ -267,11 +277,7 @@ def third_moment_sums(
         src = frame
         if pass_index is not None:
             src = src.where(F.col(PASS_COL) == int(pass_index))
-        src = src.select(VECTOR_COL)
-        parts = to_arrow(src.mapInArrow(moment_partials_fn(U, float(norm_bound), nonfinite), _PARTIAL_SCHEMA))
-        total = np.zeros(d * L + L + 1)
-        for value in parts.column("partial").to_pylist():
-            total += np.frombuffer(value, dtype=np.float64)
+        total = _frame_sums(src.select(VECTOR_COL), moment_partials_fn(U, float(norm_bound), nonfinite), d * L + L + 1)
     return total[: d * L].reshape(d, L), total[d * L : d * L + L].copy(), float(total[d * L + L])
 
 
@@ -289,11 +295,7 @@ def second_moment_sums(
     if isinstance(frame, ParquetRows):
         total = frame.run_pass(None, d * d, norm_bound=B, nonfinite=nonfinite)
     else:
-        partials = _partials_fn(lambda: _SecondMoment(d), d, B, nonfinite)
-        parts = to_arrow(frame.select(VECTOR_COL).mapInArrow(partials, _PARTIAL_SCHEMA))
-        total = np.zeros(d * d + 1)
-        for value in parts.column("partial").to_pylist():
-            total += np.frombuffer(value, dtype=np.float64)
+        total = _frame_sums(frame.select(VECTOR_COL), _partials_fn(lambda: _SecondMoment(d), d, B, nonfinite), d * d + 1)
     M2 = total[: d * d].reshape(d, d)
     return (M2 + M2.T) / 2.0, float(total[d * d])
 
@@ -397,11 +399,9 @@ class ParquetRows:
         if self.tasks:
             fn = parquet_moment_fn(self.tasks, self.columns, self.layout, self.d, norm_bound, nonfinite, U,
                                    self.cache_bytes, fresh=self.fresh, pass_index=pass_index)
-            parts = to_arrow(task_ids(self.spark, self.tasks).mapInArrow(fn, _PARTIAL_SCHEMA))
-            for value in parts.column("partial").to_pylist():
-                part = np.frombuffer(value, dtype=np.float64)
-                total += part[: width + 1]
-                hits, reads, nbytes, pid = part[width + 1 :]
+            parts = task_ids(self.spark, self.tasks).mapInArrow(fn, _PARTIAL_SCHEMA)
+            total, trailers = collect_sum(parts, VectorPartials(width + 1, tail=_TRAILER), len(self.tasks))
+            for hits, reads, nbytes, pid in trailers:  # one per task (a tree step passes them on)
                 stats.units_cached += int(hits)
                 stats.units_read += int(reads)
                 stats.cache_bytes[int(pid)] = int(nbytes)

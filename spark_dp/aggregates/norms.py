@@ -15,6 +15,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from spark_dp.aggregates._blocks import apply_nonfinite, list_to_block, row_norms
+from spark_dp.aggregates._partials import VectorPartials, collect_sum
 from spark_dp.aggregates._vectors import Affine, check_nonfinite, vector_frame
 
 _SCHEMA = "partial binary"
@@ -54,10 +55,8 @@ def norm_counts(
     grid = np.asarray(grid, dtype=np.float64)
     frame, d = vector_frame(df, columns, dimension=dimension, privacy_unit=privacy_unit,
                             max_rows_per_unit=max_rows_per_unit, affine=affine)
-    total = np.zeros(grid.size + 1, dtype=np.int64)
-    for value in frame.mapInArrow(_counts_fn(d, grid, nonfinite), _SCHEMA).toArrow().column("partial").to_pylist():
-        total += np.frombuffer(value, dtype=np.int64)
-    return total
+    partials = frame.mapInArrow(_counts_fn(d, grid, nonfinite), _SCHEMA)
+    return collect_sum(partials, VectorPartials(grid.size + 1, dtype=np.int64), None)[0]
 
 
 def _value_counts_fn(p: int, grid: np.ndarray) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -92,7 +91,5 @@ def value_counts(
     """
     grid = np.asarray(grid, dtype=np.float64)
     frame, p = vector_frame(df, columns, privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit)
-    total = np.zeros((p, grid.size + 1), dtype=np.int64)
-    for value in frame.mapInArrow(_value_counts_fn(p, grid), _SCHEMA).toArrow().column("partial").to_pylist():
-        total += np.frombuffer(value, dtype=np.int64).reshape(p, grid.size + 1)
-    return total
+    partials = frame.mapInArrow(_value_counts_fn(p, grid), _SCHEMA)
+    return collect_sum(partials, VectorPartials(p * (grid.size + 1), dtype=np.int64), None)[0].reshape(p, grid.size + 1)

@@ -45,8 +45,9 @@ literally the same code), then one ``mapInArrow`` pass per partition
     no Python loop per row), bucket and sign hashes for all k repetitions in
     one call; the values equal Spark's ``xxhash64`` bit for bit;
 5'. ``np.bincount`` of rep·b + bucket with weights sign·w into one k×b
-    partial per partition (shipped sparse when that is smaller), summed on
-    the driver; for k·b > :data:`DENSE_MAX_COUNTERS` each chunk yields sparse
+    partial per task (shipped sparse when that is smaller), summed on
+    the driver (the partials capped in number, and tree-summed on the
+    executors first when many: :mod:`spark_dp.aggregates._partials`); for k·b > :data:`DENSE_MAX_COUNTERS` each chunk yields sparse
     (index, sum) rows instead, merged by one ``groupBy`` after an explicit
     hash exchange on the index (the one partitioning rule).
 

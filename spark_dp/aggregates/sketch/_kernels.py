@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_dp._compat import to_arrow
+from spark_dp.aggregates._partials import DenseCounterPartials, cap_partials, collect_sum
 from spark_dp.aggregates._partitioning import partitions_for
 from spark_dp.aggregates.sketch._prepare import ITEM, WEIGHT
 from spark_dp.aggregates.xxh64 import sign_seed, spark_seed_states, xxh64_long_columns, xxh64_string_columns
@@ -136,12 +137,7 @@ class _SketchKernel:
     @staticmethod
     def dense_batch(acc: np.ndarray) -> pa.RecordBatch:
         """One partition's dense partial, shipped as its non-zero (index, value) pairs when that is smaller."""
-        nz = np.flatnonzero(acc)
-        dense = nz.size * 16 >= acc.size * 8
-        idx, v = (b"", acc.tobytes()) if dense else (nz.astype(np.int64).tobytes(), acc[nz].tobytes())
-        return pa.RecordBatch.from_arrays(
-            [pa.array([dense]), pa.array([idx], pa.binary()), pa.array([v], pa.binary())],
-            names=["dense", "idx", "v"])
+        return DenseCounterPartials(acc.size).batch(acc)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         acc = None
@@ -275,8 +271,11 @@ class _IndexSumKernel:
 def sum_by_index(frame: DataFrame, size: int) -> np.ndarray:
     """Σ v per index of ``frame``'s (idx bigint, v double) rows, 0 ≤ idx < size, as a float64 array of ``size``."""
     dense = size <= DENSE_MAX_COUNTERS
+    count = None
+    if dense:
+        frame, count = cap_partials(frame, DenseCounterPartials(size))
     partials = frame.mapInArrow(_IndexSumKernel(size, dense), _partials_schema(dense))
-    return _collect(partials, 1, size, dense).reshape(-1)
+    return _collect(partials, 1, size, dense, count).reshape(-1)
 
 
 class _ItemPresum:
@@ -315,8 +314,11 @@ def _partials_schema(dense: bool) -> str:
 def _run_kernel(rows: DataFrame, kernel: _SketchKernel) -> np.ndarray:
     """The kernel's (kernel.k, kernel.b) table of prepared (ITEM[, WEIGHT]) rows via ``mapInArrow``."""
     cols = [ITEM, WEIGHT] if kernel.weighted else [ITEM]
-    partials = rows.select(*cols).mapInArrow(kernel, _partials_schema(kernel.dense))
-    return _collect(partials, kernel.k, kernel.b, kernel.dense)
+    rows, count = rows.select(*cols), None
+    if kernel.dense:
+        rows, count = cap_partials(rows, DenseCounterPartials(kernel.k * kernel.b))
+    partials = rows.mapInArrow(kernel, _partials_schema(kernel.dense))
+    return _collect(partials, kernel.k, kernel.b, kernel.dense, count)
 
 
 def _arrow_table(rows: DataFrame, kind: str, seeds: Sequence[int], buckets: int, *, signed: bool,
@@ -329,22 +331,20 @@ def _arrow_table(rows: DataFrame, kind: str, seeds: Sequence[int], buckets: int,
     return _run_kernel(rows, kernel)
 
 
-def _collect(partials: DataFrame, k: int, b: int, dense: bool) -> np.ndarray:
-    """Sums the kernel's partials (dense: on the driver; sparse: one ``groupBy``) into the k×b table."""
-    out = np.zeros(k * b, dtype=np.float64)
+def _collect(partials: DataFrame, k: int, b: int, dense: bool, count: int | None = None) -> np.ndarray:
+    """Sums the kernel's partials (dense: on the driver; sparse: one ``groupBy``) into the k×b table.
+
+    ``count``: at most this many dense partials (planned tasks or the cap of
+    :func:`~spark_dp.aggregates._partials.cap_partials`); when they are many
+    they are tree-summed on the executors first (same sums, another order).
+    """
     if dense:
-        table = to_arrow(partials)
-        for is_dense, idx, v in zip(*(table.column(c).to_pylist() for c in ("dense", "idx", "v"))):
-            vals = np.frombuffer(v, dtype=np.float64)
-            if is_dense:
-                out += vals
-            else:  # indices are distinct within one partial
-                out[np.frombuffer(idx, dtype=np.int64)] += vals
-    else:
-        # The partials hold distinct indices per partition already: one explicit
-        # hash exchange on the index (the one partitioning rule), then the sums.
-        n = partitions_for(partials)
-        table = to_arrow(partials.repartition(n, F.col("idx")).groupBy("idx").agg(F.sum("v").alias("v")))
-        if table.num_rows:
-            out[table.column("idx").to_numpy()] = table.column("v").to_numpy()
+        return collect_sum(partials, DenseCounterPartials(k * b), count).reshape(k, b)
+    out = np.zeros(k * b, dtype=np.float64)
+    # The partials hold distinct indices per partition already: one explicit
+    # hash exchange on the index (the one partitioning rule), then the sums.
+    n = partitions_for(partials)
+    table = to_arrow(partials.repartition(n, F.col("idx")).groupBy("idx").agg(F.sum("v").alias("v")))
+    if table.num_rows:
+        out[table.column("idx").to_numpy()] = table.column("v").to_numpy()
     return out.reshape(k, b)

@@ -286,7 +286,7 @@ def _direct_parquet_table(
         return None, spark_path(df)
     fn = _ParquetSketchTask(tasks, column, weight, kernel, nulls=nulls, nonfinite=nonfinite)
     parts = task_ids(spark, tasks).mapInArrow(fn, _partials_schema(kernel.dense))
-    return kernel, _collect(parts, kernel.k, kernel.b, kernel.dense)
+    return kernel, _collect(parts, kernel.k, kernel.b, kernel.dense, len(tasks))
 
 
 def histogram_table_parquet(
