@@ -189,6 +189,9 @@ class Constraints(dict):
 
 
 POSITIVE = Real(0, math.inf, low_open=True)
+#: A norm bound B: positive and at most 1e100, since the sensitivities take B² (second moments) and B³ (tensors),
+#: which overflow a float near 1e154.
+NORM_BOUND = Real(0, 1e100, low_open=True)
 
 #: The shared parameters, by their API keyword. Each family declares its own
 #: parameters (mechanism options: postprocess, calibration, mode, …) as a
@@ -199,7 +202,7 @@ PARAMS: Constraints = Constraints({
     # privacy
     "epsilon": POSITIVE,
     "delta": Real(0, 1, low_open=True, high_open=True),
-    "norm_bound": POSITIVE,
+    "norm_bound": NORM_BOUND,
     "neighbors": Options(NEIGHBORS),
     # rows and units
     "nonfinite": Options(NONFINITE_POLICIES),
@@ -224,7 +227,7 @@ PARAMS: Constraints = Constraints({
     "bounds_share": Real(0, 1, low_open=True, high_open=True),
     "fit_intercept": Bool(),
     # the second-moment family's norm bound: a number, "auto", or None (derived from full bounds)
-    "norm_bound_or_auto": Optional(OrAuto(POSITIVE)),
+    "norm_bound_or_auto": Optional(OrAuto(NORM_BOUND)),
     "norm_bound_share": Real(0, 1, low_open=True, high_open=True),   # ε share of norm_bound="auto"
     "norm_bound_quantile": Real(0, 1, low_open=True, high_open=True),  # the row-norm quantile it targets
     "clipping_report": Bool(),  # release the private clipping report (opt-in)
