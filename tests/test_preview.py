@@ -273,6 +273,27 @@ def test_regression_prediction_matches_the_noise_of_the_solve():
     assert sd == pytest.approx(acc["per_coefficient"][0]["stderr"], rel=0.1)
 
 
+def test_regression_prediction_is_a_best_case_and_says_so():
+    """The prediction assumes the most favourable design; a design with values inside the norm bound and
+    correlated columns (as real data has) gets more noise on every coefficient, never less."""
+    d, n, sigma = 3, 20_000, 4.0
+    rng = np.random.default_rng(9)
+    x1 = rng.uniform(-0.4, 0.4, n)
+    X = np.column_stack([x1, 0.6 * x1 + rng.uniform(-0.25, 0.25, n)]) / np.sqrt(d)
+    y = rng.uniform(-0.4, 0.4, n) / np.sqrt(d)
+    G = np.column_stack([X, y]).T @ np.column_stack([X, y])
+    acc = predict_accuracy("linear_regression", "analyze_gauss", {"dimension": d, "norm_bound": 1.0},
+                           {"noise_scale": sigma}, n=n)
+    assert acc["best_case"] is True and "best case" in acc["warning"]
+    betas = []
+    for _ in range(500):
+        E = np.triu(rng.normal(0.0, sigma, size=(d, d)))
+        M = G + E + np.triu(E, 1).T
+        betas.append(np.linalg.solve(M[:-1, :-1], M[:-1, -1]))
+    sd = np.std(np.array(betas), axis=0)  # 45-57x the prediction here (XᵀX's eigenvalues 93 and 530, not n/d)
+    assert np.all(sd > 10 * acc["per_coefficient"][0]["stderr"])
+
+
 def test_auto_norm_bound_is_said_unpredictable():
     acc = predict_accuracy("linear_regression", "analyze_gauss", {"dimension": 3, "norm_bound": "auto"},
                            {"noise_scale": None})

@@ -455,7 +455,8 @@ def _coefficients_in_data_units(sc, scaled: Mapping[str, Any], level: float) -> 
                 "half_width": dict(zip(names + ["intercept"], (z * np.delete(sd, k)).tolist()
                                        + [float(z * sd[k])], strict=True))}
 
-    return {"exact": False, "per_coefficient": [row(e) for e in scaled["per_coefficient"]],
+    return {"exact": False, "best_case": True, "warning": BEST_CASE_WARNING,
+            "per_coefficient": [row(e) for e in scaled["per_coefficient"]],
             "method": ("the scaled-unit first-order prediction (in_scaled_units, at beta = 0; its design assumption "
                        "X^T X about n c I is data-dependent, so this is approximate) mapped through the exact linear "
                        "map of the coefficients to the data's units (sd times the row norms of its Jacobian); "
@@ -496,6 +497,16 @@ def _relative_noise(mechanism: str, privacy: Mapping[str, Any]) -> dict[str, Any
                                                                                           if "ridge_w2" in privacy
                                                                                           else privacy["ridge_w"] ** 2),
             "method": f"Wishart law of the release around S ({what} = {rows}); removed by postprocess 'shift'"}
+
+
+#: What the regression's predicted coefficient noise is: a floor under the most favourable design, not a forecast.
+BEST_CASE_WARNING = (
+    "best case: the prediction assumes the most favourable design for the norm bound (every row at the norm bound, "
+    "spread evenly over uncorrelated columns; with bounds, every value at one of its bounds). Real designs have "
+    "values inside their bounds and correlated columns, and the coefficients' noise grows by the ratio of n*c to "
+    "X^T X's smallest eigenvalue in the scaled units: in the worked example of docs/accuracy.md (baseball, hits "
+    "about 0.27 x at-bats, n = 21,699) one release's half-widths are 50-110x these for the features and 1.5x for the "
+    "intercept. The release's own intervals measure it")
 
 
 def _typical(request: Mapping[str, Any], n: int) -> float:
@@ -541,7 +552,8 @@ def _regression(mechanism, request, privacy, manifest, n, level) -> dict[str, An
     table = [{"n": m, "stderr": s_xy / (m * c), "half_width": z * s_xy / (m * c),
               "stderr_per_unit_norm_beta": s_xx / (m * c)} for m in ns]
     return {
-        "what": "coefficients", "predicted": True, "per_coefficient": table,
+        "what": "coefficients", "predicted": True, "best_case": True, "warning": BEST_CASE_WARNING,
+        "per_coefficient": table,
         "n_for_stable_solve": 2.0 * s_xx * math.sqrt(p) / c,
         "method": ("first order: beta_hat - beta = (X^T X)^-1 (e_xy - E_xx beta), with X^T X about n c I, "
                    f"c = B^2/d = {c:.6g} (rows at the norm bound spread evenly over the d = {d} columns, label "
