@@ -74,6 +74,9 @@ def test_report_of_each_family(releases, tmp_path, capsys, task, plots):
         assert "| a |" in text  # the candidate heavy hitters are listed
     if task == "merged":
         assert "merged_from" in text
+    if task == "linear_regression":  # one row per feature, named, in columns order
+        coef = text[text.index("### coefficients"):]
+        assert [ln.split("|")[1].strip() for ln in coef.splitlines() if ln.startswith("| x")] == rel.manifest["columns"]
 
 
 def test_regression_noise_scale_matches_simulation(releases):

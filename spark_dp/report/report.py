@@ -280,9 +280,11 @@ def uncertainty_section(release: Release, *, entries: int = 8) -> list[str]:
         lines += [f"### {name} ({u.kind}, covers {u.covers})", "", u.method, "",
                   "| entry | value | low | high | stderr |", "|---|---|---|---|---|"]
         idx = list(np.ndindex(v.shape))
+        names = _entry_names(release, name, v.shape)
         for ix in idx[:entries]:
             se = "" if u.stderr is None else _fmt(float(u.stderr[ix]))
-            lines.append(f"| {ix if len(ix) != 1 else ix[0]} | {_fmt(float(v[ix]))} | {_fmt(float(u.low[ix]))} | "
+            label = names[ix[0]] if names else (ix if len(ix) != 1 else ix[0])
+            lines.append(f"| {label} | {_fmt(float(v[ix]))} | {_fmt(float(u.low[ix]))} | "
                          f"{_fmt(float(u.high[ix]))} | {se} |")
         if len(idx) > entries:
             half = np.median((u.high - u.low).reshape(-1)) / 2.0
@@ -298,6 +300,14 @@ def uncertainty_section(release: Release, *, entries: int = 8) -> list[str]:
         lines += [f"Heavy-hitter threshold {_fmt(float(hh['threshold']))}: false-positive rate "
                   f"{_fmt(float(hh['false_positive_rate']))} ({hh.get('false_positive_rate_meaning', '')}).", ""]
     return lines
+
+
+def _entry_names(release: Release, name: str, shape: tuple) -> list[str] | None:
+    """Row labels of a regression's ``coefficients`` (one per feature, in ``columns`` order), else None."""
+    columns = release.manifest.get("columns")
+    if name == "coefficients" and isinstance(columns, list) and len(shape) == 1 and shape[0] == len(columns):
+        return [str(c) for c in columns]
+    return None
 
 
 def _fmt(v) -> str:
