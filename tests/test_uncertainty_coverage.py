@@ -263,6 +263,7 @@ def test_intervals_after_the_shift_cover_on_a_collinear_design():
                                   rng=rng)
         assert np.allclose(iv.estimate, scaling.coefficients(beta, 4))  # the released fit is unchanged
         hits += (iv.low <= ols) & (ols <= iv.high)
+    assert "iterated Tikhonov" in iv.method and "Ferrando" in iv.method
     cov = hits / reps
     assert np.all(cov >= 0.88), cov
     assert np.all(cov[:2] <= 0.99), cov  # not trivially wide on the collinear pair

@@ -78,10 +78,11 @@ from spark_dp.second_moment._scaling import Scaling
 
 METHOD = ("parametric bootstrap from the released sufficient statistics (Ferrando, Wang & Sheldon, AISTATS 2022; "
           "fixed design, {draws} draws, basic/pivotal interval)")
-ITERATED_METHOD = ("; after the ridge {ridge:.6g} I the interval is that of {steps}-step iterated Tikhonov from the same "
-                   "release (x_0 = (X^T X + r I)^-1 X^T y, x_j+1 = (X^T X + r I)^-1 (X^T y + r x_j); Engl, Hanke & "
-                   "Neubauer, Regularization of Inverse Problems, 1996, ch. 5), which shrinks like a ridge to the "
-                   "power {steps}+1, not on the released coefficients: the ridge's bias is not pivotal")
+ITERATED_METHOD = ("; after the ridge r = {ridge:.6g} the interval is the bootstrap's for {steps}-step iterated Tikhonov "
+                   "from the same release (x_0 = (X^T X + r I)^-1 X^T y, x_j+1 = (X^T X + r I)^-1 (X^T y + r x_j); "
+                   "Engl, Hanke & Neubauer, Regularization of Inverse Problems, 1996, ch. 5), centred on it and not on "
+                   "the released coefficients, whose ridge bias is not pivotal; its bias is the ridge's to the power "
+                   "{power}")
 
 
 #: Rounds of iterated Tikhonov that the intervals after a ridge (``shift``, AdaSSP's λ > 0) are centred on.
@@ -198,7 +199,7 @@ def regression_bootstrap(
     star = scaling.coefficients(beta_star, label_at) - centre
     a = (1.0 - level) / 2.0
     q_low, q_high = np.quantile(star, [a, 1.0 - a], axis=0)
-    method = METHOD.format(draws=draws) + (ITERATED_METHOD.format(steps=steps, ridge=r) if steps else "")
+    method = METHOD.format(draws=draws) + (ITERATED_METHOD.format(steps=steps, ridge=r, power=steps + 1) if steps else "")
     return BootstrapIntervals(
         estimate=scaling.coefficients(beta, label_at), low=centre - q_high, high=centre - q_low,
         stderr=star.std(axis=0, ddof=1), covers="noise+sampling" if sampling else "noise", method=method,
