@@ -40,7 +40,7 @@ interval T − [q_{1−a/2}, q_{a/2}] of T* − T is centred on T; the released
 point estimate is unchanged (only its interval is). Measured
 (docs/accuracy.md, 100 releases each): per term 0.85–1.00 on four
 regressions of the batting table at row and player level (0.21–0.83
-before), at 2.2–3.6× the previous width at row level (4.5–5.2× on the
+before), at 2.2–3.6× the previous width at row level (3.2–5.2× on the
 4,908 seasons from 1990) and 3.4–8.3× at player level, where they are
 conservative (0.98–1.00); in the synthetic harness coefficients
 0.935–0.965, the intercept 0.943–0.978 (0.91–0.94 before); AdaSSP with
