@@ -227,3 +227,51 @@ def test_regression_intervals_with_a_wrong_noise_law_are_caught(monkeypatch):
         lambda cls, *a: (lambda law: I.NoiseLaw(law.mechanism, scale=law.scale / 4, dof=law.dof))(real(*a))))
     cov = regression_coverage("wishart", n=20_000, reps=60, seed=3, draws=300)
     assert cov["coefficients"] < LOW and cov["intercept"] < LOW, cov
+
+
+def test_intervals_after_the_shift_cover_on_a_collinear_design():
+    """``postprocess: shift`` on a design like the worked example's (at-bats and hits nearly collinear, public
+    bounds far from the data, n = 5,000, ε = 1): the shift's ridge bias is large in the weak directions. The
+    iterated-Tikhonov intervals hold the non-private OLS coefficients in ≥ 0.88 of 200 releases for every term
+    (measured 0.91–0.99 over three seeds); the previous pilot-corrected ones held ab and h in 0.43–0.53."""
+    import math
+
+    from spark_dp.second_moment._scaling import Scaling
+    from spark_dp.second_moment.analyze_gauss import analyze_gauss_plan
+    from spark_dp.second_moment.intervals import regression_bootstrap
+    from spark_dp.second_moment.regression import regression_coefficients
+
+    rng = np.random.default_rng(0)
+    n = 5000
+    ab = rng.uniform(50, 650, n)
+    h, bb = ab * rng.uniform(0.22, 0.30, n), ab * rng.uniform(0.04, 0.16, n)
+    r = np.clip(0.45 * h + 0.3 * bb - 0.03 * ab + rng.normal(0, 8, n), 0, 200)
+    scaling = Scaling.of(["ab", "h", "bb", "r"], {"ab": (0, 750), "h": (0, 270), "bb": (0, 240), "r": (0, 200)},
+                         constant_at=3)
+    a = np.linalg.solve(scaling.transform(), np.column_stack([ab, h, bb, np.ones(n), r]).T).T
+    gram = a.T @ a
+    ols = scaling.coefficients(np.linalg.solve(gram[:4, :4], gram[:4, 4]), 4)
+    _, sigma, _ = analyze_gauss_plan(epsilon=1.0, delta=1e-6, norm_bound=math.sqrt(5))
+    shift = 2 * sigma * math.sqrt(5)
+    hits = np.zeros(4)
+    reps = 200
+    for _ in range(reps):
+        noise = np.triu(rng.normal(0, sigma, (5, 5)))
+        released = gram + noise + np.triu(noise, 1).T + shift * np.eye(5)
+        beta, _ = regression_coefficients(released)
+        iv = regression_bootstrap(released, beta, sigma=sigma, scaling=scaling, label_at=4, shift=shift, draws=300,
+                                  rng=rng)
+        assert np.allclose(iv.estimate, scaling.coefficients(beta, 4))  # the released fit is unchanged
+        hits += (iv.low <= ols) & (ols <= iv.high)
+    assert "iterated Tikhonov" in iv.method and "Ferrando" in iv.method
+    cov = hits / reps
+    assert np.all(cov >= 0.88), cov
+    assert np.all(cov[:2] <= 0.99), cov  # not trivially wide on the collinear pair
+
+
+def test_regression_intervals_after_the_shift_cover_with_an_intercept():
+    """Analyze Gauss + ``shift`` with an intercept at n = 2,000 (the ridge large against XᵀX): the iterated-Tikhonov
+    intervals cover within the band (0.953 and 0.96 here; the previous pilot-corrected ones 0.91 and 0.907)."""
+    cov = regression_coverage("analyze_gauss", n=2_000, reps=150, seed=5, draws=500, postprocess="shift")
+    for name in ("coefficients", "intercept"):
+        assert LOW - 0.01 <= cov[name] <= HIGH + 0.01, (name, cov)

@@ -424,7 +424,7 @@ def adassp_uncertainty(xtx: np.ndarray, xty: np.ndarray, beta: np.ndarray, sigma
 
     ``coefficients`` (and ``intercept`` with the constant column): the
     parametric bootstrap of :mod:`.intervals` with AdaSSP's two noise scales
-    and its ridge λ held fixed (with the pilot bias correction when λ > 0).
+    and its ridge λ held fixed (when λ > 0 the interval of 2-step iterated Tikhonov, as after a shift).
     AdaSSP releases no yᵀy, so the residual variance and the sampling error
     cannot be estimated from the release: these intervals cover the privacy
     noise only (``covers="noise"``; the truth is the non-private fit on the
