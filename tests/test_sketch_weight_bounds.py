@@ -26,7 +26,7 @@ from spark_dp.aggregates.sketch import sketch_table, sketch_table_parquet
 from spark_dp.cli.main import main as cli_main
 from spark_dp.errors import ConfigError
 from spark_dp.privacy import NumpySampler, SeededSampler
-from spark_dp.sketch import estimate, heavy_hitters, merge_sketches, plan_sketch, release_table
+from spark_dp.sketch import estimate, estimate_df, heavy_hitters, merge_sketches, plan_sketch, release_table
 from spark_dp.sketch.api import count_sketch
 from spark_dp.sketch.uncertainty import estimate_intervals
 from tests._audit import empirical_epsilon
@@ -74,6 +74,10 @@ def test_estimates_are_m_times_those_of_the_prescaled_column(spark, tmp_path, fr
     # same exact table, same noise draws: the stored counters are M × the pre-scaled release's, bit for bit
     assert np.array_equal(bounded["sketch"], M * plain["sketch"])
     np.testing.assert_allclose(estimate(bounded, ITEMS), M * estimate(plain, ITEMS), rtol=1e-12)
+    cands = spark.createDataFrame([(x,) for x in ITEMS], "item string")
+    got = {r["item"]: r["estimate"] for r in estimate_df(bounded, cands, "item").collect()}
+    ref = {r["item"]: r["estimate"] for r in estimate_df(plain, cands, "item").collect()}
+    assert got.keys() == ref.keys() and all(got[x] == pytest.approx(M * ref[x], rel=1e-12) for x in ref)
     for a, b in zip(estimate_intervals(bounded, ITEMS), estimate_intervals(plain, ITEMS), strict=True):
         np.testing.assert_allclose(a, M * b, rtol=1e-12)
     # the payload's error bars (uncertainty columns) are in the weight's units too
@@ -96,6 +100,24 @@ def test_estimates_are_m_times_those_of_the_prescaled_column(spark, tmp_path, fr
     ws = bounded.manifest["sketch"]["weight_scaling"]
     assert ws["column"] == "w" and ws["bounds"] == [LO, HI] and ws["scale"] == M
     assert "weight_scaling" not in plain.manifest["sketch"]
+
+
+def test_dyadic_heavy_hitters_in_the_weights_units(spark, tmp_path):
+    rows = [(i % 5, w) for i, w in enumerate([30.0, 45.0, 400.0, -8.0, 12.0] * 4)]
+    df = spark.createDataFrame([(i, w, _scaled(w)) for i, w in rows], "iid long, w double, w_scaled double")
+    kw = dict(epsilon=1.0, delta=1e-6, repetitions=3, buckets=16, levels=3, top=5)
+    base = count_sketch(_session(tmp_path, "0"), df, "iid", weight="w_scaled", **kw)  # the levels' seeds, reused
+    # a low threshold (given: in the weight's units, resp. the scaled ones) so the descent reports items
+    bounded = count_sketch(_session(tmp_path, "b"), df, "iid", weight="w", bounds={"w": [LO, HI]}, seeds=base,
+                           threshold=-100.0 * M, **kw)
+    plain = count_sketch(_session(tmp_path, "p"), df, "iid", weight="w_scaled", seeds=base, threshold=-100.0, **kw)
+    assert np.array_equal(bounded["dyadic_sketch"], M * plain["dyadic_sketch"])
+    assert np.array_equal(bounded["sketch"], M * plain["sketch"])
+    hb, hp = bounded.manifest["heavy_hitters"], plain.manifest["heavy_hitters"]
+    assert hb["false_positive_rate"] == pytest.approx(hp["false_positive_rate"], rel=1e-9)
+    assert len(hb["items"]) == 5 and [x["item"] for x in hb["items"]] == [x["item"] for x in hp["items"]]
+    np.testing.assert_allclose([x["estimate"] for x in hb["items"]], [M * x["estimate"] for x in hp["items"]],
+                               rtol=1e-12)
 
 
 @pytest.mark.parametrize("nonfinite", ["drop", "zero"])
@@ -197,6 +219,14 @@ def test_config_and_cli(spark, tmp_path, capsys):
     est, lo, hi = estimate_intervals(rel, ["a", "c"])
     got = np.array([[float(x) for x in ln.split(",")[1:]] for ln in lines])
     np.testing.assert_allclose(got, np.column_stack([est, lo, hi]), rtol=1e-12)
+    # spark-dp report: the counters' noise band is in the weight's units (M·σ), and it says so
+    report = tmp_path / "r.md"
+    assert cli_main(["report", out, "--out", str(report)]) == 0
+    capsys.readouterr()
+    text = report.read_text()
+    assert "weight's units" in text and "M = 50" in text
+    laplace_b = rel.privacy["noise_scale"] * M  # Count-Min: b of one counter, in the weight's units
+    assert f"{laplace_b * math.sqrt(2):.4g}" in text  # the per-estimate sd of Count-Min, M·b·√2
 
 
 # -- audit: the calibration is the unscaled one, on the scaled weights (replace neighbours, m = 2) ----------------
