@@ -79,6 +79,9 @@ CASES = {
                                                           "neighbors": "replace"}),
     "cs_candidates_weighted": ("count_sketch", ("item",), {**SKETCH, "weight": "a", "candidates": ["item1", "item7"],
                                                            "top": 2}),
+    # weight bounds: the prediction in the weight's units (M = 8), as the release's intervals and threshold
+    "cs_weight_bounds_m2": ("count_sketch", ("item",), {**SKETCH, "weight": "a", "bounds": {"a": [-3.0, 8.0]},
+                                                        "privacy_unit": "u", "max_rows_per_unit": 2}),
     "sm_vector_column": ("second_moment", (["v"],), {**XY, "dimension": 3}),
     "cs_count_min": ("count_sketch", ("item",), {**SKETCH, "mechanism": "count_min"}),
     "cs_count_mean": ("count_sketch", ("item",), {**SKETCH, "mechanism": "count_mean"}),

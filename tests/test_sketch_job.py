@@ -170,8 +170,8 @@ def test_api_estimates_distributed_join_and_merge(spark, tmp_path, data):
     ("count_min", {"dataset.columns": ["weight"]}, "strings or integers"),
     ("histogram", {"params": {"domain": ["a", "b"]}}, "domain"),
     ("count_min", {"privacy.neighbors": "tensor_entry"}, "neighbors"),
-    # the weights' public bound is the fixed [-1, 1]: per-column bounds are refused with the reason
-    ("count_min", {"dataset.weight": "weight", "dataset.bounds": {"weight": [0, 500]}}, "'dataset.bounds'"),
+    # bounds apply to the weight column only (the item column is hashed, never summed)
+    ("count_min", {"dataset.weight": "weight", "dataset.bounds": {"query": [0, 500]}}, "'dataset.bounds'"),
 ])
 def test_bad_requests_charge_nothing(spark, tmp_path, data, capsys, name, over, match):
     path, _ = _conf(tmp_path, data, name, **over)
@@ -202,8 +202,8 @@ def test_api_bad_requests(spark, tmp_path, data):
         count_sketch(sess, df, "query", seeds=[1, 2], **kw)
     with pytest.raises(SchemaError, match="domain"):
         count_sketch(sess, df, "query", mechanism="histogram", domain=10, epsilon=1.0, delta=1e-6)
-    with pytest.raises(ConfigError, match=r"'bounds'.*\[-1, 1\].*divide the column by a public bound M"):
-        count_sketch(sess, df, "query", weight="weight", bounds={"weight": [0, 500]}, **kw)
+    with pytest.raises(ConfigError, match=r"'bounds'.*column 'query', the item column"):
+        count_sketch(sess, df, "query", weight="weight", bounds={"query": [0, 500]}, **kw)
     assert sess.budget() is None and not os.path.exists(tmp_path / "out")
 
 

@@ -6,12 +6,20 @@ Config contract::
     mechanism: private_count_sketch   # | count_min | count_mean | histogram
     dataset: {id: logs.queries, path: data/q.parquet, format: parquet, columns: [query],
               weight: null, privacy_unit: user_id, max_rows_per_unit: 10,
-              nulls: item, unit_clipping: l1, unit_l2_bound: null}
+              nulls: item, unit_clipping: l1, unit_l2_bound: null,
+              bounds: null}          # or {<weight column>: [lo, hi]}: public bounds of the weight, its units
     privacy: {epsilon: 1.0, delta: 1.0e-6}
     params: {repetitions: 15, buckets: 65536,
              heavy_hitters: {top: 50, candidates: null, threshold: null, levels: null,
                              hash_items: null},
              domain: null}            # histogram: a list of items or an int d
+
+``dataset.bounds`` bounds the weight column only (``dataset.weight``; any
+other column, or bounds without a weight, is refused before Spark starts):
+each weight is clamped to [lo, hi] and divided by M = max(|lo|, |hi|) for the
+mechanism (sensitivity and calibration as for weights in [−1, 1]), and the
+release reports counters, estimates, intervals and heavy hitters in the
+weight's units (:func:`spark_dp.sketch.api.count_sketch`).
 
 ``heavy_hitters.candidates`` is a path: a ``.txt`` file (one item a line) or
 a dataset in ``dataset.format`` holding the item column (with ``dataset.table``:
@@ -38,7 +46,7 @@ from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError
 from spark_dp.sketch.constraints import PARAMS as SKETCH_PARAMS
-from spark_dp.sketch.constraints import check_sketch_request
+from spark_dp.sketch.constraints import check_sketch_request, check_weight_bounds
 from spark_dp.sketch.mechanisms import MECHANISMS, REGISTRY, accepting, plan_sketch
 
 OWNER = "the config"
@@ -85,6 +93,9 @@ def _check(config) -> None:
         max_rows_per_unit=m, unit_clipping=clip, unit_l2_bound=C, privacy_unit=config.dataset.privacy_unit,
         domain=p.get("domain"), owner=OWNER,
     )
+    ex = config.dataset.extra
+    check_weight_bounds(ex.get("bounds"), weight=ex.get("weight"), column=config.dataset.columns[0], owner=OWNER,
+                        name="dataset.bounds")
     levels = (p.get("heavy_hitters") or {}).get("levels")
     if levels is not None and (not REGISTRY[config.mechanism].dyadic or clip != "l1"):
         raise ConfigError("The 'params.heavy_hitters.levels' parameter (dyadic heavy hitters) needs mechanism "
@@ -192,7 +203,8 @@ def _run(session, config, spark, *, seeds=None):
         epsilon=config.privacy.epsilon, delta=config.privacy.delta, neighbors=config.privacy.neighbors,
         mechanism=config.mechanism,
         repetitions=config.params.get("repetitions", 15), buckets=config.params.get("buckets", 65536),
-        weight=config.dataset.extra.get("weight"), privacy_unit=config.dataset.privacy_unit,
+        weight=config.dataset.extra.get("weight"), bounds=config.dataset.extra.get("bounds"),
+        privacy_unit=config.dataset.privacy_unit,
         max_rows_per_unit=m, unit_clipping=clip, unit_l2_bound=C,
         nulls=config.dataset.extra.get("nulls", "item"), nonfinite=config.dataset.nonfinite,
         domain=config.params.get("domain"), top=hh.get("top") or 50, threshold=hh.get("threshold"),
@@ -217,7 +229,7 @@ SPEC = register(TaskSpec(
     plan=_plan,
     run=_run,
     dataset_keys={
-        # bounds: refused with the reason (the weights' public bound is the fixed [-1, 1]; sketch.constraints)
+        # bounds: of the weight column only (checked against dataset.weight in _check)
         **{name: SKETCH_PARAMS.validator(name, OWNER) for name in ("weight", "nulls", "unit_clipping", "bounds")},
         "unit_l2_bound": P.validator("unit_l2_bound", OWNER),
     },

@@ -591,11 +591,17 @@ def _sketch(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
     if estimator is None:
         return {"what": "frequency estimates", "predicted": False, "why": "no estimator recorded", "method": None}
     family, scale = str(privacy["noise_family"]), float(privacy["noise_scale"])
+    ws = manifest.get("sketch", {}).get("weight_scaling")  # weight bounds: the release reports M × the mechanism's
+    if ws is not None:
+        scale *= float(ws["scale"])
     lo, hi, sd = estimate_noise(estimator, family, scale, k, level, b)
     out = {"what": "the noise part of each frequency estimate (hash collisions add to it for sketches)",
            "predicted": True, "per_estimate": {"low": lo, "high": hi, "stderr": sd, "estimator": estimator},
            "method": ("the estimator's noise law over k counters (spark_dp.sketch.uncertainty.estimate_noise, as "
                       "spark-dp estimate uses it)")}
+    if ws is not None:
+        out["units"] = (f"the weight's ({ws['column']!r} clamped to {ws['bounds']}; the mechanism's noise times "
+                        f"M = {ws['scale']:g}, exact)")
     hh = manifest.get("heavy_hitters") or {}
     if hh.get("false_positive_rate") is not None:
         out["heavy_hitter_threshold"] = {"threshold": hh.get("threshold"),

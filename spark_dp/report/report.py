@@ -178,10 +178,11 @@ def _components(release: Release, ax, sections: list[str], title: str) -> None:
 
 
 def _sketch(release: Release, axes, sections: list[str]) -> None:
+    from spark_dp.sketch.uncertainty import counter_noise
+
     table = "histogram" if "histogram" in release.arrays else "sketch"
     S = np.asarray(release[table])
-    p = release.privacy
-    family, scale = noise_of(p)
+    family, scale = counter_noise(release.manifest)  # the stored counters' units (the weight's, with bounds)
     gaussian = family == "gaussian"
     axes[0].hist(S.reshape(-1), bins=min(60, max(10, S.size // 20)), color="C0")
     if isinstance(scale, (int, float)):
@@ -202,6 +203,11 @@ def _sketch(release: Release, axes, sections: list[str]) -> None:
         line += (f" Noise-only sd of one item's estimate ≈ {sd_est:.4g}"
                  + (" (median of k Gaussians, √(π/2)·σ/√k)" if mech == "private_count_sketch" else "")
                  + "; hash collisions add to it for items that share buckets with heavy ones.")
+    if (ws := (release.manifest.get("sketch") or {}).get("weight_scaling")):
+        lo, hi = ws["bounds"]
+        line += (f" Weights of {ws['column']!r} clamped to [{lo:g}, {hi:g}] and scaled by 1/M (M = {ws['scale']:g}) "
+                 "for the mechanism; the counters, estimates and the noise scale above are in the weight's units "
+                 "(M × the mechanism's).")
     sections.append(line)
     hh = (release.manifest.get("heavy_hitters") or {}).get("items") or []
     ax = axes[1]

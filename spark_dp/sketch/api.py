@@ -22,8 +22,10 @@ from spark_dp.sketch.constraints import (  # noqa: F401 - re-exported
     NULL_ITEMS,
     UNIT_CLIPPING,
     WEIGHT_NONFINITE,
+    WEIGHT_SCALING_NOTE,
     check_domain,
     check_sketch_request,
+    check_weight_bounds,
 )
 from spark_dp.sketch.constraints import PARAMS as SKETCH_PARAMS
 from spark_dp.sketch.estimate import seeds_to_payload
@@ -131,7 +133,7 @@ def count_sketch(
     repetitions: int = 15,
     buckets: int = 65536,
     weight: str | None = None,
-    bounds: None = None,
+    bounds: dict[str, Sequence[float]] | None = None,
     privacy_unit: str | None = None,
     max_rows_per_unit: int = 1,
     unit_clipping: str = "l1",
@@ -172,14 +174,34 @@ def count_sketch(
         repetitions: k ≥ 1 (odd k gives a unique median).
         buckets: b ≥ 1 (≥ 2 for count_mean).
         weight: optional numeric column; each row adds its weight clipped to
-            [−1, 1] (default: 1 per row).
-        bounds: not accepted (ConfigError, nothing charged): the weights'
-            public bound is the fixed [−1, 1] above. The other families'
-            per-column ``bounds`` clamp and centre; for a sketch, divide the
-            weight column by a public bound M instead and multiply estimates
-            and intervals by M (a sketch is linear in the weights: exact
-            post-processing; undoing a centring would need the unweighted
-            counts, which are not released).
+            [−1, 1] (default: 1 per row), or with ``bounds`` its weight in
+            the weight's own units.
+        bounds: optional public bounds of the weight column,
+            ``{weight: [lo, hi]}`` (finite, lo < hi; the weight column only:
+            bounds on the item column or any other column, or without a
+            ``weight``, are a ConfigError naming the column, nothing
+            charged). Each finite weight is clamped to [lo, hi] and divided
+            by the public M = max(|lo|, |hi|), so the mechanism sees weights
+            in [−1, 1] exactly as without bounds: the neighbour relation,
+            the sensitivity (Δ as for weights in [−1, 1]) and the
+            calibration are unchanged. Everything the release reports is then
+            multiplied by M — exact post-processing, since a sketch is linear
+            in the weights: the stored counters (``sketch``,
+            ``dyadic_sketch``, ``histogram``) and their intervals, heavy
+            hitters and their threshold (a given ``threshold`` is in the
+            weight's units; the default is 3·M·σ), so estimates, intervals
+            and reports are in the weight's units. The counters are stored
+            in the weight's units (not in the scaled ones with M applied by
+            readers) so that every reader, old ones and third-party Parquet
+            readers included, gets the weight's units without knowing M; the
+            manifest records ``sketch.weight_scaling`` (column, bounds, M)
+            and keeps ``privacy.noise_scale`` the mechanism's σ (scaled
+            units; a counter's noise is M·σ). Releases merge only with equal
+            weight bounds. There is no centring (the other families'
+            bounds clamp *and* centre): a shift is not post-processing here,
+            since undoing it would need the per-item unweighted counts, which
+            a weighted sketch does not release. Non-finite weights follow
+            ``nonfinite`` first (``zero``: the row counts 0, not clamped).
         privacy_unit: unit column (default: each row is a unit).
         max_rows_per_unit: m, rows kept per unit (``max_items_per_unit`` is
             the deprecated old name) (chosen by a keyed hash of the unit and the row's content:
@@ -286,6 +308,8 @@ class _SketchRequest:
     plan: Any
     source_paths: Any
     df: Any
+    weight_bounds: Any
+    weight_scale: Any
     source_info: Any
     request: Any
     params: Any
@@ -303,7 +327,6 @@ def _validate(
 ) -> _SketchRequest:
     """Checks every parameter and the schema (no Spark job), draws fresh hash seeds, plans the privacy events."""
     owner = OWNER
-    SKETCH_PARAMS.check("bounds", bounds, owner=owner)  # refused, with the reason (weights are bounded by [-1, 1])
     column = _item_column(columns, owner=owner)
     max_items_per_unit = max_rows_per_unit  # one row = one item
     epsilon, delta = P.check("epsilon", epsilon, owner=owner), P.check("delta", delta, owner=owner)
@@ -338,6 +361,9 @@ def _validate(
     source_info = _source_info(source, source_paths, owner=owner)
     if weight is not None:
         SKETCH_PARAMS.check("weight", weight, owner=owner)
+    # the weight column's public bounds (any other column, or no weight: refused, naming it)
+    weight_bounds = check_weight_bounds(bounds, weight=weight, column=column, owner=owner)
+    weight_scale = 1.0 if weight_bounds is None else max(abs(weight_bounds[0]), abs(weight_bounds[1]))
     P.check("privacy_unit", privacy_unit, owner=owner)
     from spark_dp.aggregates.sketch import item_kind, prepare_items
 
@@ -363,7 +389,7 @@ def _validate(
 
     kind = item_kind(df, column)  # schema checks only, no Spark job
     prepare_items(df, column, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
-                  max_items_per_unit=max_items_per_unit)
+                  max_items_per_unit=max_items_per_unit, weight_bounds=weight_bounds)
     if not REGISTRY[mechanism].hashed:  # a histogram over a public domain: one table
         if isinstance(domain, int) and kind != "long":
             raise SchemaError(f"Column {column!r} holds strings; an integer domain size needs an integer item column.")
@@ -385,8 +411,8 @@ def _validate(
         plan = plan_dyadic(epsilon=epsilon, delta=delta, repetitions=k, levels=levels,
                            max_items_per_unit=max_items_per_unit, neighbors=neighbors)
     threshold_given = threshold
-    if threshold is None:
-        threshold = 3.0 * plan.counter_std
+    if threshold is None:  # in the weight's units (a counter's noise is M·σ with bounds)
+        threshold = 3.0 * plan.counter_std * weight_scale
     # Hash seeds: given ones are checked here; fresh ones are drawn by the release (compute), after the
     # release-id lookup and the budget check, so a re-run of a stored release draws nothing.
     given_seeds = seeds
@@ -433,13 +459,15 @@ def _validate(
         "candidates": None if candidates is None else (candidates if isinstance(candidates, list) else "dataframe"),
         "sampler": session.sampler.name,
         "config_sha256": config_sha256,
+        # only with bounds: the digests of requests without them, hence their release ids, stay as they were
+        **({"bounds": {weight: list(weight_bounds)}} if weight_bounds is not None else {}),
         # Request keys keep their pre-0.2 names (column, max_items_per_unit) and "neighbors" is added only
         # when not the default, so the digests of earlier requests, hence their release ids, stay valid.
         **({"neighbors": neighbors} if neighbors != "add_remove" else {}),
         **confidence_request(P.check("confidence", confidence, owner=owner)),
     }
 
-    return _SketchRequest(mechanism=mechanism, column=column, kind=kind, k=k, b=b, C=C, domain=domain, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit, unit_clipping=unit_clipping, neighbors=neighbors, levels=levels, hashed=hashed, draw_seeds=draw_seeds, candidates=candidates, candidate_column=candidate_column, top=top, threshold=threshold, threshold_given=threshold_given, plan=plan, source_paths=source_paths, df=df, source_info=source_info, request=request, params=params, release_id=release_id, config_sha256=config_sha256)
+    return _SketchRequest(mechanism=mechanism, column=column, kind=kind, k=k, b=b, C=C, domain=domain, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit, unit_clipping=unit_clipping, neighbors=neighbors, levels=levels, hashed=hashed, draw_seeds=draw_seeds, candidates=candidates, candidate_column=candidate_column, top=top, threshold=threshold, threshold_given=threshold_given, plan=plan, source_paths=source_paths, df=df, weight_bounds=weight_bounds, weight_scale=weight_scale, source_info=source_info, request=request, params=params, release_id=release_id, config_sha256=config_sha256)
 
 
 class _Layout:
@@ -536,6 +564,8 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         hs = r.draw_seeds()
         common = dict(weight=r.weight, nulls=r.nulls, nonfinite=r.nonfinite, privacy_unit=r.privacy_unit,
                       max_items_per_unit=r.max_items_per_unit)
+        if r.weight_bounds is not None:  # (only then: the builds' calls without bounds stay as they were)
+            common["weight_bounds"] = r.weight_bounds
         # Given, or detected when df is a plain Parquet scan (aggregates/_scan.py).
         paths = choose_source_paths(r.df, [c for c in (r.column, r.weight, r.privacy_unit) if c], r.source_paths,
                                     owner=OWNER,
@@ -545,8 +575,9 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
     hh_info: dict[str, Any] = {"top": r.top, "threshold": r.threshold,
                                "threshold_rule": "3 sigma" if r.threshold_given is None else "given"}
     level = confidence_of(r.request)
+    counter_scale = plan.scale * r.weight_scale  # a released counter's noise, in the weight's units
     if r.threshold is not None:  # the threshold's false-positive rate from the noise alone (sketch/uncertainty.py)
-        hh_info["false_positive_rate"] = false_positive_rate(spec.estimator, plan.noise, plan.scale, r.k,
+        hh_info["false_positive_rate"] = false_positive_rate(spec.estimator, plan.noise, counter_scale, r.k,
                                                              r.threshold, r.b)
         hh_info["false_positive_rate_meaning"] = (
             f"probability that an item of true frequency 0 (no hash collisions) has a {spec.estimator} estimate >= "
@@ -558,12 +589,14 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
     def noise(exact: tuple[np.ndarray, _HashSeeds], cp: Chokepoint) -> Noised:
         table, hs = exact
         noisy = release_table(plan, table, cp)  # one release of the whole table (a dyadic stack included)
+        if r.weight_bounds is not None:  # back to the weight's units: exact post-processing (linear in the weights)
+            noisy = noisy * r.weight_scale
         arrays = layout.arrays(r, noisy, hs)
         manifest: dict[str, Any] = {"sketch": sketch_info(hs.seeds, hs.hash_seed)}
         found = layout.heavy_hitters(r, noisy, arrays, hs)
         if found is not None:
             manifest["heavy_hitters"] = {**hh_info, "items": [{"item": x, "estimate": v} for x, v in found]}
-        unc = {name: counter_uncertainty(arrays[name], plan.noise, plan.scale, level)
+        unc = {name: counter_uncertainty(arrays[name], plan.noise, counter_scale, level)
                for name in ("sketch", "dyadic_sketch", "histogram") if name in arrays}
         return Noised(arrays, manifest, uncertainty=unc)
 
@@ -584,6 +617,10 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
             "item_kind": r.kind, "repetitions": r.k, "buckets": r.b if spec.hashed else None,
             "signed": spec.signed, "estimator": spec.estimator,
         }
+        if r.weight_bounds is not None:
+            lo, hi = r.weight_bounds
+            info["weight_scaling"] = {"column": r.weight, "bounds": [lo, hi], "scale": r.weight_scale,
+                                      "applied": WEIGHT_SCALING_NOTE}
         if not spec.hashed:
             info["domain"] = r.domain
         elif seeds is not None:
@@ -592,7 +629,10 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
 
     policies = {
         "nulls": "a null item is an item of its own" if r.nulls == "item" else "rows with a null item are dropped",
-        "weights": f"clipped to [-1, 1] per row; non-finite weights: {r.nonfinite}" if r.weight else "each row counts 1",
+        "weights": ("each row counts 1" if not r.weight else
+                    f"clipped to [-1, 1] per row; non-finite weights: {r.nonfinite}" if r.weight_bounds is None else
+                    f"clamped to [{r.weight_bounds[0]:g}, {r.weight_bounds[1]:g}] per row and divided by M = "
+                    f"{r.weight_scale:g}; non-finite weights: {r.nonfinite} (not clamped; 'zero' counts 0)"),
         "contribution_bounding": (f"at most {r.max_items_per_unit} rows per unit, chosen by a keyed hash of (secret, "
                                   "unit, content)") if r.privacy_unit else None,
         "null_privacy_unit": "rows with a null unit form one unit" if r.privacy_unit else None,

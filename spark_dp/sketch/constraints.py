@@ -37,16 +37,38 @@ def check_domain(domain: Any, *, owner: str = OWNER, name: str = "domain") -> li
     return items
 
 
-def _no_bounds(name: str, value: Any, owner: str) -> None:
-    """``bounds`` is not a sketch parameter: the weights have their own fixed public bound (the error says why)."""
-    if value is None:
+def check_weight_bounds(bounds: Any, *, weight: str | None, column: str | None, owner: str = OWNER,
+                        name: str = "bounds") -> tuple[float, float] | None:
+    """The public bounds [lo, hi] of the weight column, from ``bounds = {weight: [lo, hi]}``; None without bounds.
+
+    A sketch has one numeric input, the weight: bounds on any other column
+    (the item column is hashed, never summed) or bounds without a ``weight``
+    are refused, naming the parameter and the column (before any charge).
+
+    Raises:
+        ConfigError: not a mapping of finite [lo, hi] with lo < hi, no weight
+            column, or a column other than the weight.
+    """
+    if bounds is None:
         return None
-    raise ConfigError(
-        f"The {name!r} parameter does not apply to {owner}: its one numeric input, the weight column, is clipped to "
-        "the fixed public bound [-1, 1] per row, the unit of the sketch's sensitivity. For weights in other units, "
-        "divide the column by a public bound M (e.g. F.col('w') / M) and multiply the estimates and their intervals "
-        "by M: a sketch is linear in the weights, so that is exact post-processing. A shift (the other families' "
-        "centring) is not: undoing it needs the unweighted counts, which a weighted sketch does not release.")
+    got = P.Bounds().check(name, bounds, owner=owner)
+    if weight is None:
+        raise ConfigError(f"The {name!r} parameter of {owner} bounds the weight column only, and no 'weight' is "
+                          f"given (got bounds for {sorted(got)}); an unweighted sketch counts 1 per row and needs none.")
+    for col in got:
+        if col != weight:
+            what = "the item column (hashed, never summed)" if col == column else "not the weight column"
+            raise ConfigError(f"The {name!r} parameter of {owner} gives bounds for column {col!r}, {what}: a sketch "
+                              f"takes bounds for its weight column {weight!r} only.")
+    return got[weight]
+
+
+#: Manifest ``sketch.weight_scaling.applied``: how stored values relate to the weights (docs, reports).
+WEIGHT_SCALING_NOTE = (
+    "each finite weight clamped to [lo, hi] and divided by M = max(|lo|, |hi|) before the mechanism (which sees "
+    "weights in [-1, 1], as without bounds); the released counters (arrays, intervals, heavy hitters, threshold) are "
+    "the mechanism's output multiplied by M, in the weight's units; privacy.noise_scale is the mechanism's, in the "
+    "scaled units: a counter's noise in the weight's units is M * noise_scale")
 
 
 #: The family's own parameters (API keyword → constraint), checked by the API and the config task alike.
@@ -58,7 +80,7 @@ PARAMS = P.Constraints({
     "candidate_column": P.Str(),
     "hash_items": P.Bool(nullable=True),
     "domain": P.Check(lambda name, value, owner: check_domain(value, owner=owner, name=name)),
-    "bounds": P.Check(_no_bounds),  # refused with the reason: the weights' bound is fixed, [-1, 1]
+    "bounds": P.Bounds(),  # of the weight column only (check_weight_bounds)
 })
 
 

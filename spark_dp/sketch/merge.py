@@ -16,6 +16,11 @@ the heavy ids are decoded again from the merged stack (post-processing), with
 the default threshold (3 σ of one counter) recomputed for the merged noise
 σ = √Σσᵢ² unless the parts set one.
 
+Parts with weight bounds (``sketch.weight_scaling``) store their counters in
+the weight's units, M times the mechanism's output: they merge only with
+parts of equal bounds (hence equal M), so the merged table is M times the
+merged mechanism output and its noise is M·√Σσᵢ², as every reader assumes.
+
 The parts must protect the same thing: equal privacy unit (the unit column,
 or ``row``), per-unit row cap m, unit clipping and per-unit L2 bound. A
 composed guarantee over parts that bound different units (rows one day,
@@ -76,6 +81,12 @@ def merge_sketches(
         for key in ("mechanism", "dataset_id"):
             if m.get(key) != first.get(key):
                 raise ConfigError(f"Releases differ in {key!r}: {first.get(key)!r} vs {m.get(key)!r}; cannot merge.")
+        # Counters are stored in the weight's units (M × the mechanism's): parts with other weight bounds
+        # would add differently clamped weights, and their noise scales would not compose as one release's.
+        ws_a, ws_b = (_weight_bounds(x) for x in (first, m))
+        if ws_a != ws_b:
+            raise ConfigError(f"Releases differ in weight bounds: {ws_a!r} ({parts[0].release_id!r}) vs {ws_b!r} "
+                              f"({p.release_id!r}); only sketches with equal weight bounds (equal M) merge.")
         for key in ("item_kind", "repetitions", "buckets", "signed", "domain", "levels", "domain_hash"):
             if m["sketch"].get(key) != first["sketch"].get(key):
                 raise ConfigError(f"Releases differ in sketch {key!r}: {first['sketch'].get(key)!r} vs "
@@ -142,6 +153,13 @@ def merge_sketches(
     if output is not None:
         write_release(release, output)
     return release
+
+
+def _weight_bounds(manifest: dict) -> dict | None:
+    """A part's weight bounds (column, [lo, hi], M), or None (no bounds: weights in [-1, 1], or unweighted)."""
+    ws = (manifest.get("sketch") or {}).get("weight_scaling")
+    return None if ws is None else {"column": ws.get("column"), "bounds": list(ws.get("bounds") or []),
+                                    "scale": ws.get("scale")}
 
 
 _UNIT_FIELDS = (("privacy_unit", "row"), ("max_rows_per_unit", 1), ("unit_clipping", "l1"), ("unit_l2_bound", None),

@@ -20,6 +20,9 @@ in the manifest, k, b, the estimator, the threshold); no privacy cost.
   Even-k medians and Laplace means are simulated (fixed public seed).
   Collisions add a further, data-dependent error these intervals do not
   cover (``covers: noise``); Pagh & Thorup (2022) bound it separately.
+* Weight bounds (``count_sketch(bounds=...)``): the stored counters are the
+  mechanism's output times the public M, so every scale above is M·σ (resp.
+  M·b): :func:`counter_noise` reads it from the manifest.
 * Heavy hitters: the false-positive rate of the threshold τ — the
   probability that an item of true frequency 0 (and no collisions) has an
   estimate ≥ τ from the noise alone, 1 − F_f(τ).
@@ -140,6 +143,27 @@ def false_positive_rate(estimator: str, family: str, scale: float, k: int, thres
     return float(np.mean(_simulated(estimator, family, k) >= t))
 
 
+def weight_scale(manifest: dict) -> float:
+    """M of a release with weight bounds (manifest ``sketch.weight_scaling.scale``); 1 without (older releases too)."""
+    got = ((manifest.get("sketch") or {}).get("weight_scaling") or {}).get("scale")
+    return 1.0 if got is None else float(got)
+
+
+def counter_noise(manifest: dict) -> tuple[str | None, float | None]:
+    """(noise family, scale) of one *released* counter, in the units of the stored arrays.
+
+    ``privacy.noise_scale`` is the mechanism's σ (or b); with weight bounds the
+    release stores the mechanism's output multiplied by M (the weight's units),
+    so a counter's noise is M·σ.
+    """
+    from spark_dp.release.release import noise_of
+
+    family, scale = noise_of(manifest["privacy"])
+    if not isinstance(scale, int | float) or isinstance(scale, bool):
+        return family, scale
+    return family, float(scale) * weight_scale(manifest)
+
+
 def estimate_intervals(release, items, *, estimator: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(estimates, low, high) of ``items`` from a count_sketch release (or its directory).
 
@@ -148,13 +172,12 @@ def estimate_intervals(release, items, *, estimator: str | None = None) -> tuple
     each estimate (module doc); NaN where the estimate is NaN.
     """
     from spark_dp.release import load_release
-    from spark_dp.release.release import noise_of
     from spark_dp.sketch.estimate import SketchView, estimate
 
     release = load_release(release) if isinstance(release, str) else release
     view = SketchView.of(release)
     est = estimate(view, items, estimator=estimator)
-    family, scale = noise_of(release.manifest["privacy"])
+    family, scale = counter_noise(release.manifest)  # in the stored arrays' units (the weight's, with bounds)
     level = float((release.manifest.get("uncertainty") or {}).get("level", DEFAULT_CONFIDENCE))
     name = view.estimator(estimator)
     k = 1 if name in ONE_COUNTER else int(view.table.shape[0])

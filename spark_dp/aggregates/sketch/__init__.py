@@ -6,7 +6,8 @@ table that :mod:`spark_dp.sketch` then noises through the chokepoint.
 The build is pure Spark SQL (no Python UDFs, no RDDs, Spark Connect-safe):
 
 1. normalise the rows: item column → ``bigint`` (integral types) or
-   ``string``; optional weight → double clipped to [−1, 1] (non-finite weights
+   ``string``; optional weight → double clipped to [−1, 1], after clamping to public
+   ``weight_bounds`` [lo, hi] and dividing by M = max(|lo|, |hi|) when given (non-finite weights
    follow the ``nonfinite`` policy); null items follow the ``nulls`` policy;
 2. contribution bounding: at most ``max_items_per_unit`` rows per privacy
    unit, ranked by a keyed hash of (secret, unit, item, weight) with a fresh

@@ -26,7 +26,7 @@ from spark_dp.aggregates.sketch._kernels import (
     _partials_schema,
     _SketchKernel,
 )
-from spark_dp.aggregates.sketch._prepare import _check_levels, _check_shape, prepare_items
+from spark_dp.aggregates.sketch._prepare import _check_levels, _check_shape, prepare_items, scale_weights
 from spark_dp.errors import ConfigError, SchemaError
 
 #: Rows per pyarrow batch in the direct-Parquet tasks. A string column comes as
@@ -64,21 +64,26 @@ class _ParquetSketchTask:
     """
 
     def __init__(self, tasks: Sequence[Sequence[tuple[str, int, int]]], column: str, weight: str | None,
-                 kernel: _SketchKernel, *, nulls: str, nonfinite: str, batch_rows: int | None = None):
+                 kernel: _SketchKernel, *, nulls: str, nonfinite: str, batch_rows: int | None = None,
+                 weight_bounds: tuple[float, float] | None = None):
         self.tasks = [list(t) for t in tasks]
+        self.weight_bounds = weight_bounds
         self.column, self.weight, self.kernel = column, weight, kernel
         self.nulls, self.nonfinite = nulls, nonfinite
         self.batch_rows = int(batch_rows or PARQUET_BATCH_ROWS)
 
     def _weights(self, arr: pa.Array | None) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """(clipped weights, rows kept) of one batch: the ``nonfinite`` policy, then clipping to [−1, 1]."""
+        """(clipped weights, rows kept) of one batch: the ``nonfinite`` policy, the public weight bounds (clamp
+        to [lo, hi], divide by M: :func:`scale_weights`, as :func:`prepare_items`), then clipping to [−1, 1].
+        """
         if arr is None:
             return None, None
         w = pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False)  # nulls → NaN
         finite = np.isfinite(w)
         if finite.all():
-            return np.clip(w, -1.0, 1.0), None
+            return np.clip(scale_weights(w, self.weight_bounds), -1.0, 1.0), None
         w = np.where(finite, w, 0.0)
+        w[finite] = scale_weights(w[finite], self.weight_bounds)  # a non-finite weight stays 0 under 'zero'
         np.clip(w, -1.0, 1.0, out=w)
         return w, (finite if self.nonfinite == "drop" else None)
 
@@ -196,6 +201,7 @@ def sketch_table_parquet(
     weight: str | None = None,
     nulls: str = "item",
     nonfinite: str = "drop",
+    weight_bounds: tuple[float, float] | None = None,
     privacy_unit: str | None = None,
     max_items_per_unit: int = 1,
     unit_l2_bound: float | None = None,
@@ -222,7 +228,7 @@ def sketch_table_parquet(
 
     Args:
         paths: Parquet files or directories.
-        column, seeds, buckets, signed, weight, nulls, nonfinite,
+        column, seeds, buckets, signed, weight, nulls, nonfinite, weight_bounds,
             privacy_unit, max_items_per_unit, unit_l2_bound: as for
             :func:`sketch_table`.
         spark: the session (default: the active one).
@@ -243,17 +249,20 @@ def sketch_table_parquet(
     def spark_path(df: DataFrame) -> np.ndarray:
         return _sql.sketch_table(df, column, seeds=seeds, buckets=buckets, signed=signed, weight=weight,
                                  nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
-                                 max_items_per_unit=max_items_per_unit, unit_l2_bound=unit_l2_bound)
+                                 max_items_per_unit=max_items_per_unit, unit_l2_bound=unit_l2_bound,
+                                 weight_bounds=weight_bounds)
 
     _, table = _direct_parquet_table(
         paths, column, make_kernel, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
-        max_items_per_unit=max_items_per_unit, spark=spark, spark_path=spark_path)
+        max_items_per_unit=max_items_per_unit, spark=spark, spark_path=spark_path,
+        weight_bounds=weight_bounds)
     return table
 
 
 def _direct_parquet_table(
     paths: str | Sequence[str], column: str, make_kernel, *, weight: str | None, nulls: str, nonfinite: str,
     privacy_unit: str | None, max_items_per_unit: int, spark: SparkSession | None, spark_path,
+    weight_bounds: tuple[float, float] | None = None,
 ) -> tuple[_SketchKernel | None, np.ndarray]:
     """The kernel's table with the tasks reading the Parquet files themselves: the one direct-Parquet reader.
 
@@ -270,7 +279,8 @@ def _direct_parquet_table(
     spark, paths, df = source_frame(paths, spark)
     # Step 1's schema and parameter checks, exactly as the Spark path does them (no Spark job).
     _, kind = prepare_items(df, column, weight=weight, nulls=nulls, nonfinite=nonfinite,
-                            privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit)
+                            privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit,
+                            weight_bounds=weight_bounds)
     kernel = make_kernel(kind)
     if privacy_unit is not None:
         return None, spark_path(df)
@@ -284,7 +294,8 @@ def _direct_parquet_table(
     tasks = plan_tasks(spark, files, 8 * min(kernel.k * kernel.b, _kernels.DENSE_MAX_COUNTERS))
     if tasks is None:
         return None, spark_path(df)
-    fn = _ParquetSketchTask(tasks, column, weight, kernel, nulls=nulls, nonfinite=nonfinite)
+    fn = _ParquetSketchTask(tasks, column, weight, kernel, nulls=nulls, nonfinite=nonfinite,
+                            weight_bounds=weight_bounds)
     parts = task_ids(spark, tasks).mapInArrow(fn, _partials_schema(kernel.dense))
     return kernel, _collect(parts, kernel.k, kernel.b, kernel.dense, len(tasks))
 
@@ -297,6 +308,7 @@ def histogram_table_parquet(
     weight: str | None = None,
     nulls: str = "item",
     nonfinite: str = "drop",
+    weight_bounds: tuple[float, float] | None = None,
     privacy_unit: str | None = None,
     max_items_per_unit: int = 1,
     spark: SparkSession | None = None,
@@ -321,11 +333,12 @@ def histogram_table_parquet(
 
     def spark_path(df: DataFrame) -> np.ndarray:
         return _sql.histogram_table(df, column, domain=domain, weight=weight, nulls=nulls, nonfinite=nonfinite,
-                                    privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit)
+                                    privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit, weight_bounds=weight_bounds)
 
     kernel, table = _direct_parquet_table(
         paths, column, make_kernel, weight=weight, nulls=nulls, nonfinite=nonfinite, privacy_unit=privacy_unit,
-        max_items_per_unit=max_items_per_unit, spark=spark, spark_path=spark_path)
+        max_items_per_unit=max_items_per_unit, spark=spark, spark_path=spark_path,
+        weight_bounds=weight_bounds)
     return table if kernel is None else table.reshape(-1)
 
 
@@ -340,6 +353,7 @@ def dyadic_tables_parquet(
     weight: str | None = None,
     nulls: str = "drop",
     nonfinite: str = "drop",
+    weight_bounds: tuple[float, float] | None = None,
     privacy_unit: str | None = None,
     max_items_per_unit: int = 1,
     spark: SparkSession | None = None,
@@ -366,9 +380,10 @@ def dyadic_tables_parquet(
     def spark_path(df: DataFrame) -> np.ndarray:
         return _sql.dyadic_tables(df, column, seeds=seeds, buckets=b, levels=levels, hash_seed=hash_seed,
                                   weight=weight, nonfinite=nonfinite, privacy_unit=privacy_unit,
-                                  max_items_per_unit=max_items_per_unit)
+                                  max_items_per_unit=max_items_per_unit, weight_bounds=weight_bounds)
 
     kernel, table = _direct_parquet_table(
         paths, column, make_kernel, weight=weight, nulls="drop", nonfinite=nonfinite, privacy_unit=privacy_unit,
-        max_items_per_unit=max_items_per_unit, spark=spark, spark_path=spark_path)
+        max_items_per_unit=max_items_per_unit, spark=spark, spark_path=spark_path,
+        weight_bounds=weight_bounds)
     return table if kernel is None else table.reshape(levels, k, b)

@@ -64,6 +64,7 @@ def prepare_items(
     privacy_unit: str | None = None,
     max_items_per_unit: int = 1,
     selection_secret: int | None = None,
+    weight_bounds: tuple[float, float] | None = None,
 ) -> tuple[DataFrame, str]:
     """Steps 1–2: normalised (item, weight[, unit]) rows after contribution bounding.
 
@@ -80,6 +81,11 @@ def prepare_items(
             normalised (item, weight) (:mod:`spark_dp.aggregates._bounding`).
         selection_secret: the key of that hash; None (the default) draws a
             fresh one from OS entropy for this frame. Never log it.
+        weight_bounds: optional public (lo, hi) of the weights: each finite
+            weight is clamped to [lo, hi] and divided by M = max(|lo|, |hi|)
+            (:func:`scale_weights`), so it lies in [−1, 1] before the usual
+            clipping (a no-op then). A non-finite weight under ``zero``
+            counts 0 (it is not clamped into [lo, hi]).
 
     Returns:
         ``(frame, kind)`` with columns ITEM, WEIGHT (and UNIT with a unit).
@@ -90,6 +96,8 @@ def prepare_items(
         raise ConfigError(
             f"The 'nonfinite' parameter must be one of {list(NONFINITE_WEIGHT_POLICIES)}. Got {nonfinite!r} instead."
         )
+    if weight_bounds is not None and weight is None:
+        raise ConfigError("The 'weight_bounds' parameter applies to the weight column, and no 'weight' is given.")
     kind = item_kind(df, column)
     item = F.col(column).cast("long" if kind == "long" else "string")
     cols = [item.alias(ITEM)]
@@ -112,6 +120,9 @@ def prepare_items(
         if nonfinite == "drop":
             out = out.where(finite)
         # NaN compares greater than every number in Spark: decide finiteness before clipping.
+        if weight_bounds is not None:  # clamp to the public [lo, hi], then divide by M (as scale_weights does)
+            lo, hi, scale = weight_scaling(weight_bounds)
+            w = F.greatest(F.lit(lo), F.least(F.lit(hi), w)) / F.lit(scale)
         w_ok = F.when(finite, w).otherwise(F.lit(0.0))
         out = out.withColumn(WEIGHT, F.greatest(F.lit(-1.0), F.least(F.lit(1.0), w_ok)))
     if privacy_unit is not None:
@@ -125,6 +136,22 @@ def prepare_items(
         out = keep_rows_per_unit(out, UNIT, [ITEM, WEIGHT], max_items_per_unit, secret=selection_secret,
                                  partitions=partitions_for(df), unit_type=unit_type)
     return out, kind
+
+
+def weight_scaling(weight_bounds: tuple[float, float]) -> tuple[float, float, float]:
+    """(lo, hi, M) of public weight bounds, M = max(|lo|, |hi|) > 0 (lo < hi, finite: checked by the caller)."""
+    lo, hi = (float(x) for x in weight_bounds)
+    return lo, hi, max(abs(lo), abs(hi))
+
+
+def scale_weights(w: np.ndarray, weight_bounds: tuple[float, float] | None) -> np.ndarray:
+    """Finite weights clamped to [lo, hi] and divided by M (a new array; ``w`` itself without bounds): the
+    arithmetic of :func:`prepare_items`' Spark expression, bit for bit.
+    """
+    if weight_bounds is None:
+        return w
+    lo, hi, scale = weight_scaling(weight_bounds)
+    return np.clip(w, lo, hi) / scale
 
 
 def _check_shape(seeds: Sequence[int], buckets: int) -> None:

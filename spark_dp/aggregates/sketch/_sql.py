@@ -79,6 +79,7 @@ def sketch_table(
     weight: str | None = None,
     nulls: str = "item",
     nonfinite: str = "drop",
+    weight_bounds: tuple[float, float] | None = None,
     privacy_unit: str | None = None,
     max_items_per_unit: int = 1,
     unit_l2_bound: float | None = None,
@@ -118,7 +119,7 @@ def sketch_table(
                           "('unit_l2_bound'); use 'sql' or 'auto'.")
     rows, kind = prepare_items(
         df, column, weight=weight, nulls=nulls, nonfinite=nonfinite,
-        privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit,
+        privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit, weight_bounds=weight_bounds,
     )
     if method == "arrow" or (method == "auto" and unit_l2_bound is None):
         return _kernels._arrow_table(rows, kind, seeds, buckets, signed=signed, weighted=weight is not None,
@@ -152,6 +153,7 @@ def histogram_table(
     weight: str | None = None,
     nulls: str = "item",
     nonfinite: str = "drop",
+    weight_bounds: tuple[float, float] | None = None,
     privacy_unit: str | None = None,
     max_items_per_unit: int = 1,
 ) -> np.ndarray:
@@ -167,7 +169,7 @@ def histogram_table(
     """
     rows, kind = prepare_items(
         df, column, weight=weight, nulls=nulls, nonfinite=nonfinite,
-        privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit,
+        privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit, weight_bounds=weight_bounds,
     )
     if isinstance(domain, int | np.integer) and not isinstance(domain, bool):
         if kind != "long":
@@ -242,6 +244,7 @@ def dyadic_tables(
     weight: str | None = None,
     nulls: str = "drop",
     nonfinite: str = "drop",
+    weight_bounds: tuple[float, float] | None = None,
     privacy_unit: str | None = None,
     max_items_per_unit: int = 1,
     method: str = "auto",
@@ -269,7 +272,7 @@ def dyadic_tables(
     k = _check_levels(seeds, buckets, levels, method=method)
     rows, kind = prepare_items(
         df, column, weight=weight, nulls="drop", nonfinite=nonfinite,
-        privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit,
+        privacy_unit=privacy_unit, max_items_per_unit=max_items_per_unit, weight_bounds=weight_bounds,
     )
     if kind != "long" and hash_seed is None:
         raise SchemaError(f"Column {column!r} holds strings; dyadic heavy hitters over them need the hashed "
