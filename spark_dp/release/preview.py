@@ -505,7 +505,7 @@ BEST_CASE_WARNING = (
     "spread evenly over uncorrelated columns; with bounds, every value at one of its bounds). Real designs have "
     "values inside their bounds and correlated columns, and the coefficients' noise grows by the ratio of n*c to "
     "X^T X's smallest eigenvalue in the scaled units: in the worked example of docs/accuracy.md (baseball, hits "
-    "about 0.27 x at-bats, n = 21,699) one release's half-widths are 50-110x these for the features and 1.5x for the "
+    "about 0.27 x at-bats, n = 21,699) one release's half-widths are 110-340x these for the features and 4x for the "
     "intercept. The release's own intervals measure it")
 
 
