@@ -281,3 +281,21 @@ def test_config_bounds_auto_dry_run_and_release(spark, tmp_path, capsys):
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, err
         assert charges(tmp_path) == 1
+
+
+def test_collapsed_bounds_are_flagged_in_the_manifest_the_log_and_the_report(spark, tmp_path, caplog):
+    """60 rows at ε = 1 (share 0.1, 3 columns): the selection cannot see the data and the public pull towards 0
+    wins; the tensor release carries the family's warning (post-processing of the chosen bounds)."""
+    from spark_dp.report import write_report
+
+    rng = np.random.default_rng(8)
+    df = spark.createDataFrame(pd.DataFrame({c: rng.uniform(1e3, 2e4, 60) for c in COLS}))
+    with caplog.at_level("WARNING", logger="spark_dp"):
+        rel = _session(tmp_path, "few").tensor_decomposition(df, COLS, epsilon=1.0, delta=DELTA, bounds="auto",
+                                                             rng=np.random.default_rng(1), **FAST)
+    chosen = rel.manifest["bounds_auto"]["bounds"]
+    assert all(max(abs(lo), abs(hi)) < 1e-4 for lo, hi in chosen.values()), chosen
+    warning = rel.manifest["bounds_auto"]["warning"]
+    assert "x0" in warning and "give public bounds" in warning and warning in caplog.text
+    report = write_report(rel, out=str(tmp_path / "report.md"))
+    assert "Accuracy warning" in open(report.path).read()

@@ -172,7 +172,8 @@ def _plan(config):
     """The release's events from the config, through the mechanism's registry entry (tensor.mechanisms)."""
     auto, nb = _auto_event(config), _norm_bound(config)
     request = TensorRequest(
-        epsilon=config.privacy.epsilon - (0.0 if auto is None else auto.epsilon), delta=config.privacy.delta,
+        epsilon=config.privacy.epsilon if auto is None else config.privacy.epsilon - auto.epsilon,
+        delta=config.privacy.delta,
         k=config.params["k"], L=_p(config, "restarts"), R=_p(config, "iterations"),
         calibration=_p(config, "calibration"), entry_scale=config.privacy.extra.get("entry_scale", 1.0),
         norm_bound=1.0 if nb == "auto" else nb,  # auto: the events do not depend on B
