@@ -32,8 +32,8 @@ from tests._samplers import FakeChokepoint
 D = 3
 COLS = [f"x{i}" for i in range(D)]
 # columns whose spread is wide against their magnitude (the public grid's steps are 19 %: the selection's resolution)
-CENTRE = np.array([0.0, 5000.0, -20.0])
-HALF = np.array([200.0, 4800.0, 15.0])
+CENTRE = np.array([0.0, 1000.0, -50.0])
+HALF = np.array([200.0, 4800.0, 45.0])
 DELTA = 1e-6
 FAST = dict(k=1, restarts=3, iterations=2, mode="reuse")
 
@@ -51,10 +51,10 @@ def _spent(session) -> float:
 
 @pytest.fixture(scope="module")
 def raw(spark):
-    """2,000 rows in their own units, one dominant direction, a few far outliers."""
+    """2,000 rows in their own units, one dominant skewed direction (a large third moment), a few far outliers."""
     rng = np.random.default_rng(11)
     v = np.array([0.8, 0.5, 0.33])
-    A = np.clip(rng.uniform(-1.0, 1.0, size=(2000, 1)) * v + rng.normal(0, 0.1, size=(2000, D)), -1, 1)
+    A = np.clip(rng.beta(1.0, 4.0, size=(2000, 1)) * v / 0.8 + rng.normal(0, 0.02, size=(2000, D)), -1, 1)
     X = CENTRE + A * HALF
     X[:4] = CENTRE + 50 * HALF  # far outliers: the chosen bounds must not follow them
     return spark.createDataFrame(pd.DataFrame({c: X[:, i] for i, c in enumerate(COLS)})), X
@@ -70,7 +70,7 @@ def _audit_ok(session) -> None:
 @pytest.mark.parametrize("whiten", [False, True], ids=["plain", "whitened"])
 def test_bounds_auto_is_the_release_with_the_chosen_bounds_at_the_rest_of_epsilon(raw, tmp_path, whiten):
     df, X = raw
-    eps, share = 200.0, 0.1
+    eps, share = 10.0, 0.1  # moderate: the ledger's PLD composition of a pure-DP event takes longer with its ε
     s = _session(tmp_path, "auto")
     rel = s.tensor_decomposition(df, COLS, epsilon=eps, delta=DELTA, bounds="auto", whiten=whiten,
                                  rng=np.random.default_rng(3), **FAST)
@@ -85,11 +85,10 @@ def test_bounds_auto_is_the_release_with_the_chosen_bounds_at_the_rest_of_epsilo
     chosen = m["bounds_auto"]["bounds"]
     assert set(chosen) == set(COLS) and m["scaling"]["bounds"] == chosen and "warning" not in m["bounds_auto"]
     assert m["bounds_auto"]["score_sensitivity"] == pytest.approx(0.95)  # m = 1, add/remove
-    for i, c in enumerate(COLS):  # about the data's 5-95 % quantiles (the outliers ignored), within a grid step
+    for i, c in enumerate(COLS):  # about the data's 5-95 % quantiles (the outliers ignored): ~90 % of it inside
         lo, hi = chosen[c]
-        q05, q95 = np.quantile(X[:, i], [0.05, 0.95])
-        assert q05 - 0.5 * abs(q05) <= lo < q05 + 0.5 * abs(q05) and q95 - 0.5 * abs(q95) < hi <= q95 + 0.5 * abs(q95), \
-            (c, lo, hi, q05, q95)
+        inside = np.mean((X[:, i] >= lo) & (X[:, i] <= hi))
+        assert 0.75 < inside < 0.995 and hi < X[:4, i].min(), (c, lo, hi, inside)
     # the release with those bounds given publicly at the mechanism's epsilon: same plan (its dry run: no job) and,
     # without whitening, the same result to the noise (same starts)
     ref_session = _session(tmp_path, "ref")
@@ -110,7 +109,7 @@ def test_bounds_auto_is_the_release_with_the_chosen_bounds_at_the_rest_of_epsilo
 
 def test_norm_bound_auto_is_the_release_at_the_chosen_bound(raw, tmp_path):
     df, X = raw
-    eps = 200.0
+    eps = 10.0
     s = _session(tmp_path, "nauto")
     rel = s.tensor_decomposition(df, COLS, epsilon=eps, delta=DELTA, norm_bound="auto",
                                  rng=np.random.default_rng(4), **FAST)

@@ -703,6 +703,7 @@ def _private_plan(session, plan, release_id, request, extra, mechanism, compute,
     mechanism's, ``plan`` being the mechanism's at the rest and, with ``norm_bound="auto"``, at B = 1).
     """
     events = ((auto.event,) if auto is not None else ()) + tuple(plan.events)
+    accounted = compose_epsilon(list(events), delta)  # once: the events do not depend on B (norm_bound="auto")
 
     def stated(plan, privacy) -> dict:
         return {
@@ -714,7 +715,7 @@ def _private_plan(session, plan, release_id, request, extra, mechanism, compute,
                                     plan.details.get("second_moment_sensitivity") else "")
                                  if plan.composition == "parallel" else
                                  "the releases compose sequentially (exact Gaussian composition)"),
-            "epsilon_exact_accounting": compose_epsilon(list(events), delta),
+            "epsilon_exact_accounting": accounted,
             **{f"calibration_{k}": v for k, v in plan.details.items()},
         }
 
