@@ -131,6 +131,37 @@ def test_norm_bound_auto_is_the_release_at_the_chosen_bound(raw, tmp_path):
     assert np.allclose(rel["eigenvalues"], ref["eigenvalues"], rtol=0.02)
     assert np.allclose(np.abs(rel["eigenvectors"]), np.abs(ref["eigenvectors"]), atol=0.02)
     _audit_ok(s)
+    # spark-dp audit replans the release at the stated B and share: a σ or a split edited after the fact is caught
+    from spark_dp.audit import audit_releases
+
+    path = tmp_path / "nauto" / rel.release_id / "manifest.json"
+    for edit, needle in ((lambda m: m["norm_bound_auto"].update(noise_scale=m["norm_bound_auto"]["noise_scale"] / 2),
+                          "noise_scale="), (lambda m: m["privacy"].update(mechanism_epsilon=eps), "Gaussian events")):
+        original = path.read_text()
+        manifest = json.loads(original)
+        edit(manifest)
+        path.write_text(json.dumps(manifest))
+        findings = audit_releases(s.ledger, s.output).findings
+        assert any(needle in str(f) for f in findings), findings
+        path.write_text(original)
+
+
+def test_norm_bound_auto_units_of_two_rows_and_replace(raw, spark, tmp_path):
+    """m = 2, replace: the quantile's scores have sensitivity m, and at the chosen B the power method's Δ is
+    f·m·√L·B³ with σ calibrated to the remaining ε (formulas independent of the code)."""
+    X = raw[1]
+    df = spark.createDataFrame(pd.DataFrame({**{c: X[:, i] for i, c in enumerate(COLS)},
+                                             "u": np.repeat(np.arange(1000), 2).astype(str)}))
+    eps, L = 10.0, 3
+    rel = _session(tmp_path, "nm2").tensor_decomposition(df, COLS, 1, epsilon=eps, delta=DELTA, norm_bound="auto",
+                                                         privacy_unit="u", max_rows_per_unit=2, neighbors="replace",
+                                                         mode="reuse", restarts=L, iterations=1)
+    chosen = rel.manifest["norm_bound_auto"]
+    assert chosen["score_sensitivity"] == 2.0 and chosen["epsilon"] == pytest.approx(1.0)
+    B = chosen["norm_bound"]
+    sens = 2 * 2 * math.sqrt(L) * B**3
+    assert chosen["sensitivity"] == pytest.approx(sens)
+    assert chosen["noise_sigma"] == pytest.approx(math.sqrt(2) * dp_accounting.get_sigma_gaussian(9.0, DELTA) * sens)
 
 
 def test_audit_bounds_auto_units_of_two_rows_and_replace(spark, tmp_path):
