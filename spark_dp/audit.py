@@ -218,7 +218,9 @@ def _tensor_plan(manifest: dict[str, Any]):
     from spark_dp.tensor.whiten import whitened_rows_plan
 
     privacy, params = manifest["privacy"], manifest["params"]
-    eps, delta, calibration = float(privacy["epsilon"]), float(privacy["delta"]), params["calibration"]
+    # bounds / norm_bound "auto": the mechanism is calibrated to what the choice's share leaves
+    eps = float(privacy.get("mechanism_epsilon", privacy["epsilon"]))
+    delta, calibration = float(privacy["delta"]), params["calibration"]
     k, L, R = int(params["k"]), int(params["restarts"]), int(params["iterations"])
     if privacy.get("neighbors") == "tensor_entry":  # an explicit tensor (Alg. 3, input perturbation)
         if manifest["mechanism"] == "input_perturbation":
@@ -227,7 +229,8 @@ def _tensor_plan(manifest: dict[str, Any]):
             return plan, [("noise_scale", plan.sigma), ("noise_multiplier", plan.noise_multiplier)]
         plan = tensor_entry_plan(epsilon=eps, delta=delta, k=k, L=L, R=R, calibration=calibration)
         return plan, [("nu", plan.nu), ("noise_multiplier", plan.noise_multiplier)]
-    rows = dict(epsilon=eps, delta=delta, k=k, L=L, R=R, norm_bound=float(privacy["norm_bound"]),
+    norm_bound = privacy["norm_bound"] if privacy["norm_bound"] != "auto" else manifest["norm_bound_auto"]["norm_bound"]
+    rows = dict(epsilon=eps, delta=delta, k=k, L=L, R=R, norm_bound=float(norm_bound),
                 mode=params["mode"], calibration=calibration, neighbors=privacy["neighbors"],
                 max_rows_per_unit=int(privacy.get("max_rows_per_unit", 1)))
     if params.get("whiten"):
@@ -251,20 +254,45 @@ def _tensor_mismatches(manifest: dict[str, Any], charged: list) -> list[str]:
         return [f"its noise plan cannot be recomputed from the declared parameters ({type(exc).__name__}: {exc})"]
     out = []
     privacy = manifest["privacy"]
+    chosen = manifest.get("norm_bound_auto") if privacy.get("norm_bound") == "auto" else None
     for key, want in stated:
         got: Any = privacy
         for part in key.split("."):
             got = got.get(part) if isinstance(got, dict) else None
+        if isinstance(got, str) and chosen is not None:  # norm_bound "auto": stated at the chosen B
+            got = chosen.get(key.split(".")[0])
+            got = got.get(key.split(".")[1]) if "." in key and isinstance(got, dict) else got
         if got is None:
             continue  # not stated (an older manifest): the events below are checked all the same
         if not isinstance(got, (int, float)) or isinstance(got, bool) or not _close(got, want):
             out.append(f"{key}={got!r}, recomputed from the declared parameters {want!r}")
+    charged, problems = _auto_events(privacy, charged)
+    out += problems
     want_z = [e.noise_multiplier for e in plan.events]
     got_z = [getattr(e, "noise_multiplier", None) for e in charged]
     if len(want_z) != len(got_z) or not all(g is not None and _close(g, w) for g, w in zip(got_z, want_z)):
         out.append(f"the declared parameters give {len(want_z)} Gaussian events of sigma/Delta={want_z[0]:.10g}; "
                    f"the ledger charged {len(got_z)} ({', '.join(sorted({f'{z:.10g}' for z in got_z if z}))})")
     return out
+
+
+def _auto_events(privacy: dict[str, Any], charged: list) -> tuple[list, list[str]]:
+    """The mechanism's charged events without the leading event of ``bounds``/``norm_bound`` "auto", and any
+    mismatch of that event with the stated share (bounds_epsilon / norm_bound_epsilon).
+    """
+    from spark_dp.privacy.quantile import BOUNDS_MECHANISM
+    from spark_dp.privacy.quantile import MECHANISM as QUANTILE_MECHANISM
+
+    for key, mechanism in (("bounds_epsilon", BOUNDS_MECHANISM), ("norm_bound_epsilon", QUANTILE_MECHANISM)):
+        if key not in privacy:
+            continue
+        first = charged[0] if charged else None
+        if getattr(first, "mechanism", None) != mechanism or not _close(getattr(first, "epsilon", -1.0),
+                                                                          float(privacy[key])):
+            return charged, [f"{key}={privacy[key]!r} but the ledger's first event is not a {mechanism} event of "
+                             "that epsilon"]
+        return charged[1:], []
+    return charged, []
 
 
 def _payload_problems(manifest: dict[str, Any], path: str) -> list[str]:

@@ -92,6 +92,13 @@ CASES = {
                                      {**TENSOR, "mode": "reuse", "neighbors": "replace", "privacy_unit": "u",
                                       "max_rows_per_unit": 2}),
     "tensor_rows_whiten": ("tensor_decomposition", (["a", "b", "c"], 1), {**TENSOR, "whiten": True, "mode": "reuse"}),
+    # bounds / norm_bound chosen from the data: their event first, predicted: false (as the second-moment family's)
+    "tensor_rows_bounds_auto": ("tensor_decomposition", (["a", "b", "c"], 1),
+                                {**{k: v for k, v in TENSOR.items() if k != "norm_bound"}, "bounds": "auto",
+                                 "mode": "reuse"}),
+    "tensor_rows_norm_auto_m2_replace": ("tensor_decomposition", (["a", "b", "c"], 1),
+                                         {**TENSOR, "norm_bound": "auto", "mode": "reuse", "neighbors": "replace",
+                                          "privacy_unit": "u", "max_rows_per_unit": 2}),
 }
 
 

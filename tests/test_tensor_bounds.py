@@ -170,7 +170,7 @@ BAD = [
     ({"bounds": {"x0": [5, 5]}}, "lo < hi"),
     ({"bounds": {"x0": [0, float("inf")]}}, "finite"),
     ({"bounds": {"x0": [0, float("nan")]}}, "finite"),
-    ({"bounds": "auto"}, "'bounds'"),
+    ({"bounds": "auto", "bounds_share": 1.0}, "'bounds_share'"),
     ({"bounds": {"x0": [0, 1]}}, "'norm_bound'"),  # partial bounds: B does not follow
     ({"bounds": [0, 1]}, "'bounds'"),
 ]

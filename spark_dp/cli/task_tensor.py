@@ -11,6 +11,12 @@ and scaled into [-1, 1], with ``directions`` in the data's units, as
 Parquet dataset in ``reuse`` mode the tasks read the files themselves and
 keep the prepared rows between rounds in files the Python workers of a host
 share (``params.worker_cache_bytes`` caps that cache per host; 0 turns it off).
+
+``dataset.bounds: auto`` (rows, private mechanism) chooses every column's
+bounds privately at ``params.bounds_share`` of ε (default 0.1) and
+``privacy.norm_bound: auto`` the norm bound at ``params.norm_bound_share``
+(default 0.1; ``params.norm_bound_quantile``, default 0.95): one more event
+each, planned here as the API plans it (the second-moment tasks' keys).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError, SchemaError
 from spark_dp.params import FORMATS
+from spark_dp.privacy.quantile import BoundsPlan, plan_quantile
 from spark_dp.tensor.mechanisms import (
     EXPLICIT_ONLY,
     PRIVATE,
@@ -36,11 +43,13 @@ from spark_dp.tensor.mechanisms import PARAMS as TENSOR_PARAMS
 
 OWNER = "the config"
 DEFAULTS = {"restarts": 20, "iterations": 30, "mode": "fresh", "rows_per_round": None, "calibration": "exact",
-            "whiten": False}
+            "whiten": False, "bounds_share": 0.1, "norm_bound_share": 0.1,
+            "norm_bound_quantile": 0.95}  # as the API's (spark_dp.second_moment._prepare; pyspark-free here)
 
 
 PARAMS = {
-    **{name: P.validator(name, OWNER) for name in ("k", "restarts", "iterations", "rows_per_round", "whiten")},
+    **{name: P.validator(name, OWNER) for name in ("k", "restarts", "iterations", "rows_per_round", "whiten",
+                                                    "bounds_share", "norm_bound_share", "norm_bound_quantile")},
     **{name: TENSOR_PARAMS.validator(name, OWNER) for name in ("mode", "calibration", "worker_cache_bytes")},
 }
 
@@ -112,13 +121,27 @@ def _check(config) -> None:
     _plan(config)  # calibration errors (epsilon too small, paper epsilon_0 >= 1) surface here
 
 
-def _norm_bound(config) -> float | None:
-    """``privacy.norm_bound``, or √d when ``dataset.bounds`` covers every column (rows; as the API resolves it)."""
+def _norm_bound(config) -> float | str | None:
+    """``privacy.norm_bound`` (a number or ``auto``), or √d when ``dataset.bounds`` covers every column or is
+    ``auto`` (rows; as the API resolves it).
+    """
     bounds = config.dataset.extra.get("bounds")
-    if bounds == "auto":
-        raise ConfigError("The 'dataset.bounds' parameter of the config must map columns to [lo, hi] for "
-                          "tensor_decomposition; 'auto' is offered by the second-moment tasks only.")
+    if _explicit(config) and config.privacy.norm_bound == "auto":
+        raise ConfigError("The 'privacy.norm_bound' parameter of the config may be 'auto' for rows only; an explicit "
+                          "tensor (dataset.format: tensor) is bounded by 'privacy.entry_scale'.")
+    for key, value in (("dataset.bounds", bounds), ("privacy.norm_bound", config.privacy.norm_bound)):
+        if value == "auto" and (config.privacy.mode == "none" or config.mechanism not in PRIVATE):
+            raise ConfigError(f"The '{key}' parameter of the config may be 'auto' (chosen privately at a share of "
+                              f"epsilon) with a private mechanism only; {config.mechanism!r} is not private.")
     names = list(config.dataset.columns or ())
+    if bounds == "auto":
+        if config.privacy.norm_bound == "auto":
+            raise ConfigError("The 'privacy.norm_bound' parameter of the config may not be 'auto' with dataset.bounds "
+                              "'auto' (every column is then bounded: omit it, or give a number).")
+        if config.dataset.dimension is not None:
+            raise ConfigError("The 'dataset.bounds' parameter of the config applies to numeric columns only; give "
+                              "the elements of an array or vector column as dataset.columns.")
+        return config.privacy.norm_bound if config.privacy.norm_bound is not None else math.sqrt(len(names))
     unknown = [c for c in (bounds or {}) if c not in names]
     if unknown:
         raise ConfigError(f"The 'dataset.bounds' parameter of the config names {unknown[0]!r}, which is not one of "
@@ -131,16 +154,34 @@ def _norm_bound(config) -> float | None:
     return math.sqrt(len(names))
 
 
+def _auto_event(config):
+    """The event of ``dataset.bounds: auto`` / ``privacy.norm_bound: auto`` (rows), as the API plans it, or None."""
+    priv, m = config.privacy, config.dataset.max_rows_per_unit
+    if _explicit(config) or priv.epsilon is None:
+        return None
+    if config.dataset.extra.get("bounds") == "auto":
+        return BoundsPlan(priv.epsilon * _p(config, "bounds_share"), tuple(config.dataset.columns), m,
+                          priv.neighbors).event
+    if priv.norm_bound == "auto":
+        return plan_quantile(priv.epsilon * _p(config, "norm_bound_share"), _p(config, "norm_bound_quantile"),
+                             max_rows_per_unit=m, neighbors=priv.neighbors).event
+    return None
+
+
 def _plan(config):
     """The release's events from the config, through the mechanism's registry entry (tensor.mechanisms)."""
+    auto, nb = _auto_event(config), _norm_bound(config)
     request = TensorRequest(
-        epsilon=config.privacy.epsilon, delta=config.privacy.delta, k=config.params["k"], L=_p(config, "restarts"),
-        R=_p(config, "iterations"), calibration=_p(config, "calibration"),
-        entry_scale=config.privacy.extra.get("entry_scale", 1.0), norm_bound=_norm_bound(config),
+        epsilon=config.privacy.epsilon if auto is None else config.privacy.epsilon - auto.epsilon,
+        delta=config.privacy.delta,
+        k=config.params["k"], L=_p(config, "restarts"), R=_p(config, "iterations"),
+        calibration=_p(config, "calibration"), entry_scale=config.privacy.extra.get("entry_scale", 1.0),
+        norm_bound=1.0 if nb == "auto" else nb,  # auto: the events do not depend on B
         mode=_p(config, "mode"), neighbors=config.privacy.neighbors, max_rows_per_unit=config.dataset.max_rows_per_unit,
         whiten=_p(config, "whiten"), rows_per_round=_p(config, "rows_per_round"),
     )
-    return plan_events(config.mechanism, request, explicit=_explicit(config))
+    events = plan_events(config.mechanism, request, explicit=_explicit(config))
+    return events if auto is None else [auto, *events]
 
 
 def _run(session, config, spark):
@@ -174,7 +215,8 @@ def _run(session, config, spark):
         source_paths=[config.dataset.path] if (config.dataset.format == "parquet" and config.dataset.path
                                                and not config.dataset.options) else None,
         worker_cache_bytes=_p(config, "worker_cache_bytes"),
-        private=False if config.privacy.mode == "none" else None, **kw,
+        private=False if config.privacy.mode == "none" else None,
+        **{key: _p(config, key) for key in ("bounds_share", "norm_bound_share", "norm_bound_quantile")}, **kw,
     )
 
 
@@ -187,6 +229,7 @@ SPEC = register(TaskSpec(
     privacy_keys={"entry_scale": P.validator("entry_scale", OWNER)},
     dataset_keys={"bounds": P.validator("bounds", OWNER)},
     requires_norm_bound=False,
+    norm_bound_auto=True,
     formats=("tensor", *FORMATS),
     neighbors=TENSOR_NEIGHBORS,
     needs_spark=False,  # explicit tensors need no Spark; _run starts it for rows

@@ -327,7 +327,8 @@ def _predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], pri
 
     level = confidence_of(request)
     norm_bound = request.get("norm_bound")
-    if task in ("second_moment", "linear_regression", "pca") and _num(norm_bound) is None:
+    if (task in ("second_moment", "linear_regression", "pca") and _num(norm_bound) is None
+            or task == "tensor_decomposition" and norm_bound == "auto"):
         return {"level": level, "predicted": False,
                 "why": ("norm_bound is chosen from the data (auto): the cost of that step is in the events above, "
                         "but its result — hence the noise scale of the release — is known only after it runs"),

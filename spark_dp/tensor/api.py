@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import logging
 import os
+import types
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,7 +44,14 @@ from spark_dp.privacy import Budget, Chokepoint, compose_epsilon
 from spark_dp.release import Release
 from spark_dp.release.lineage import input_lineage
 from spark_dp.release.pipeline import Noised, ReleasePlan, confidence_of, confidence_request, run_release
-from spark_dp.second_moment._prepare import nonfinite_policy
+from spark_dp.second_moment._prepare import (
+    DEFAULT_BOUNDS_SHARE,
+    DEFAULT_NORM_BOUND_QUANTILE,
+    DEFAULT_NORM_BOUND_SHARE,
+    auto_privacy,
+    mechanism_budget,
+    nonfinite_policy,
+)
 from spark_dp.tensor.mechanisms import EXPLICIT_ONLY, PRIVATE, ROWS_ONLY, TENSOR_MECHANISMS, TensorRequest, on_input
 from spark_dp.tensor.mechanisms import PARAMS as TENSOR_PARAMS
 from spark_dp.tensor.online import passes_per_component
@@ -81,8 +89,8 @@ def tensor_decomposition(
     mechanism: str = "private_power_method",
     epsilon: float | None = None,
     delta: float | None = None,
-    norm_bound: float | None = None,
-    bounds: dict[str, Any] | None = None,
+    norm_bound: float | str | None = None,
+    bounds: dict[str, Any] | str | None = None,
     neighbors: str | None = None,
     restarts: int = 20,
     iterations: int = 30,
@@ -104,6 +112,9 @@ def tensor_decomposition(
     worker_cache_bytes: int | None = None,
     clear_worker_cache: bool = False,
     private: bool | None = None,
+    bounds_share: float = DEFAULT_BOUNDS_SHARE,
+    norm_bound_share: float = DEFAULT_NORM_BOUND_SHARE,
+    norm_bound_quantile: float = DEFAULT_NORM_BOUND_QUANTILE,
 ) -> Release:
     """Releases the first k eigenpairs of a symmetric third-order tensor (Wang & Anandkumar 2016).
 
@@ -119,11 +130,26 @@ def tensor_decomposition(
             ``private_power_method`` or ``input_perturbation`` (see the module table).
         epsilon, delta: the release's (ε, δ) (private mechanisms).
         norm_bound: B, rows clipped to ‖x‖₂ ≤ B (DataFrames; required
-            unless every column has ``bounds``: then B = √d by default).
+            unless every column has ``bounds``: then B = √d by default), or
+            ``"auto"`` (opt-in; private mechanisms): B is chosen privately
+            as the ``norm_bound_quantile`` of the row norms, by the
+            exponential mechanism over the public grid 2^(j/4) (with every
+            column bounded: only [√d/256, √d], and √d)
+            (:func:`spark_dp.privacy.quantile.private_quantile`, as
+            :func:`spark_dp.second_moment.api.second_moment` does), at
+            ε·``norm_bound_share``: one (ε·share, 0) event
+            ``exponential_quantile`` charged with the release's other events
+            before any row is read. Its scores |#{‖a‖ ≤ c} − α·n| have L∞
+            sensitivity m·max(α, 1 − α) (add/remove one unit of ≤ m rows) or
+            m (replace one unit). The mechanism is then calibrated to the
+            remaining ε at the chosen B: its noise multiplier σ/Δ does not
+            depend on B (Δ = f·m·√L·B³), so its events are fixed before the
+            choice and the two compose adaptively. The manifest's
+            ``norm_bound_auto`` states the chosen B and the σ, Δ at it.
         bounds: public per-column bounds in the data's units,
             ``{column: [lo, hi]}`` (numeric columns of a DataFrame; as for
-            :func:`spark_dp.second_moment.api.second_moment`, but no
-            ``"auto"``). Each value is clamped to [lo, hi] and mapped to
+            :func:`spark_dp.second_moment.api.second_moment`), or ``"auto"``
+            (see ``bounds_share``). Each value is clamped to [lo, hi] and mapped to
             aᵢ = (xᵢ − cᵢ)/hᵢ ∈ [−1, 1], cᵢ = (lo + hi)/2, hᵢ = (hi − lo)/2,
             so ‖a‖₂ ≤ √d and ``norm_bound`` may be omitted (the sensitivity
             is that of B = √d). The decomposition is that of Σ a^⊗3, the
@@ -185,6 +211,30 @@ def tensor_decomposition(
             results computed from the data. Refused when the dataset has a
             privacy budget; written under ``<output>/nonprivate/`` with a
             ``nonprivate-`` release id. Leave None otherwise.
+        bounds_share: with ``bounds="auto"`` (opt-in; private mechanisms),
+            each column's [lo, hi] is chosen privately from the data by two
+            exponential-mechanism selections over the public grid
+            −2^(j/4), 0, 2^(j/4) at ε·``bounds_share``/(2d) each (the
+            magnitude M as the 0.95 quantile of |x|, then [l, M] or [−M, h]
+            with l, h the 0.05 / 0.95 quantiles:
+            :func:`spark_dp.privacy.quantile.private_bounds`, the
+            second-moment family's selection), all 2d charged as ONE
+            (ε·``bounds_share``, 0) event ``exponential_quantile_bounds``
+            of the same release, before any row is read. Neighbours: the
+            release's (add/remove or replace one privacy unit of ≤ m rows,
+            after contribution bounding); each selection's scores (counts of
+            values) have L∞ sensitivity m·0.95 (add/remove) or m (replace).
+            The rows are then clamped and scaled with the chosen bounds as
+            with public ones (B = √d unless ``norm_bound`` is a number; not
+            ``"auto"``), and the power method is calibrated to the remaining
+            ε·(1 − ``bounds_share``): its sensitivity is that of B, whatever
+            bounds were chosen. The manifest's ``bounds_auto`` states the
+            chosen bounds (and a warning when a column's collapsed to about
+            0: too few rows for the share); ``directions`` maps back with
+            them. In (0, 1); default 0.1.
+        norm_bound_share, norm_bound_quantile: with ``norm_bound="auto"``,
+            the share of ε of the choice, in (0, 1) (default 0.1), and the
+            row-norm quantile it targets, in (0, 1) (default 0.95).
 
     Returns:
         A :class:`Release` with arrays ``eigenvalues`` (k,) and
@@ -198,6 +248,9 @@ def tensor_decomposition(
         TENSOR_PARAMS.check(name, value, owner=OWNER)
     whiten, rows_per_round, entry_scale = (P.check(n, v, owner=OWNER) for n, v in (
         ("whiten", whiten), ("rows_per_round", rows_per_round), ("entry_scale", entry_scale)))
+    bounds_share, norm_bound_share, norm_bound_quantile = (P.check(n, v, owner=OWNER) for n, v in (
+        ("bounds_share", bounds_share), ("norm_bound_share", norm_bound_share),
+        ("norm_bound_quantile", norm_bound_quantile)))
     rng = rng if rng is not None else np.random.default_rng()  # random starting vectors (public), not privacy noise
     explicit = not isinstance(data, DataFrame)
     if explicit and mechanism in ROWS_ONLY:
@@ -252,6 +305,9 @@ def _explicit_plan(
     if bounds is not None:
         raise ConfigError(f"The 'bounds' parameter of {OWNER} applies to the numeric columns of rows (a DataFrame) "
                           "only; an explicit tensor's entries are bounded by 'entry_scale'.")
+    if norm_bound == "auto":
+        raise ConfigError(f"The 'norm_bound' parameter of {OWNER} applies to rows (a DataFrame) only; an explicit "
+                          "tensor's entries are bounded by 'entry_scale'. Got 'auto' instead.")
     if isinstance(data, str | os.PathLike):
         dataset_path = dataset_path or os.fspath(data)
         common["dataset_path"] = dataset_path
@@ -281,7 +337,7 @@ def _rows_plan(
     *, session, data, columns, mechanism, private, epsilon, delta, k, restarts, iterations, calibration, whiten,
     rows_per_round, entry_scale, privacy_unit, max_rows_per_unit, dataset_path, common, params, rng, neighbors,
     release_id, config_sha256, norm_bound, nonfinite, source_paths, worker_cache_bytes, clear_worker_cache,
-    dimension, mode, bounds, **_unused
+    dimension, mode, bounds, bounds_share, norm_bound_share, norm_bound_quantile, **_unused
 ) -> ReleasePlan:
     """The release plan on DataFrame rows (Alg. 2 / Alg. 3 over rows; whitened with ``whiten``)."""
     from spark_dp.aggregates.moments import third_moment_sums
@@ -289,10 +345,12 @@ def _rows_plan(
     if columns is None:
         raise ConfigError(f"The 'columns' parameter of {OWNER} is required for rows (a DataFrame).")
     bounds = P.check("bounds", bounds, owner=OWNER)
-    if bounds == "auto":
-        raise ConfigError(f"The 'bounds' parameter of {OWNER} must be a mapping of column names to [lo, hi]; "
-                          "'auto' (bounds chosen from the data) is offered by the second-moment family only.")
-    if norm_bound is not None or bounds is None:
+    for name, value in (("bounds", bounds), ("norm_bound", norm_bound)):
+        if value == "auto" and not private:
+            raise ConfigError(f"The '{name}' parameter of {OWNER} may be 'auto' (chosen privately from the data at a "
+                              f"share of epsilon) with a private mechanism only; {mechanism!r} is not private. "
+                              "Give a number or public bounds instead.")
+    if norm_bound != "auto" and (norm_bound is not None or bounds is None):
         norm_bound = P.check("norm_bound", norm_bound, owner=OWNER)
     P.check("nonfinite", nonfinite, owner=OWNER)
     P.check("privacy_unit", privacy_unit, owner=OWNER)
@@ -303,42 +361,53 @@ def _rows_plan(
     if worker_cache_bytes is not None:
         worker_cache_bytes = TENSOR_PARAMS.check("worker_cache_bytes", worker_cache_bytes, owner=OWNER)
     TENSOR_PARAMS.check("clear_worker_cache", clear_worker_cache, owner=OWNER)
-    vec = _vector(data, columns, dimension, bounds, norm_bound, max_rows_per_unit, neighbors)  # schema, no job
-    d, norm_bound, affine = vec.size, float(vec.norm_bound), vec.affine(float(vec.norm_bound))
+    vec = _vector(data, columns, dimension, bounds, norm_bound, max_rows_per_unit, neighbors, epsilon=epsilon or 0.0,
+                  bounds_share=bounds_share, share=norm_bound_share, quantile=norm_bound_quantile,
+                  auto_offered=private)  # schema, no job
+    auto = _Auto.of(vec, data, nonfinite=nonfinite, dimension=dimension, privacy_unit=privacy_unit,
+                    max_rows_per_unit=max_rows_per_unit)
+    # With norm_bound="auto" the events are planned at B = 1 (σ/Δ does not depend on B) and the plan at the chosen B.
+    d, norm_bound = vec.size, (1.0 if vec.quantile is not None else float(vec.norm_bound))
+    affine = vec.affine(norm_bound)
     k, L, R = check_counts(k, restarts, iterations, d, owner=OWNER, names=("restarts", "iterations"))
     eigen_pass = private
     passes = k * passes_per_component(R, eigen_pass) if mode == "fresh" else None
     params = {**params, "mode": mode, "rows_per_round": rows_per_round}
-    request = {**common, "columns": columns, "dimension": d, "params": params, "norm_bound": norm_bound,
+    request = {**common, "columns": columns, "dimension": d, "params": params,
+               "norm_bound": norm_bound if vec.quantile is None else "auto",
                "nonfinite": nonfinite, "privacy_unit": privacy_unit, "max_rows_per_unit": max_rows_per_unit,
                # only when given, so a request without bounds keeps its digest (and release id)
-               **({"bounds": {c: list(b) for c, b in vec.bounds.items()}} if vec.bounds else {})}
+               **({"bounds": {c: list(b) for c, b in vec.bounds.items()}} if vec.bounds and auto is None else {}),
+               **({} if auto is None else auto.request(epsilon))}
     extra = {"columns": columns, "params": params, "dimension": d, **_scaling_manifest(vec), "policies": {
         "nonfinite": nonfinite_policy(nonfinite, vec.bounds is not None),
-        "clipping": f"rows scaled to L2 norm <= {norm_bound:g}",
+        "clipping": (f"rows scaled to L2 norm <= {norm_bound:g}" if vec.quantile is None else
+                     "rows scaled to L2 norm <= B, B chosen privately (norm_bound_auto)"),
         "passes": "each row assigned to one pass by pmod(xxhash64(seed, row), passes)" if mode == "fresh"
                   else "every pass reads all rows",
         "null_privacy_unit": "rows with a null unit form one unit" if privacy_unit else None,
     }}
+    if vec.auto_bounds is not None:
+        extra["scaling"]["bounds"] = "auto: chosen privately, see bounds_auto"
     source = _RowsSource(data, columns, dimension=dimension, privacy_unit=privacy_unit,
                          max_rows_per_unit=max_rows_per_unit, passes=None, mode=mode, source_paths=source_paths,
                          cache_bytes=worker_cache_bytes, clear_cache=clear_worker_cache, affine=affine,
                          nonfinite=nonfinite, norm_bound=norm_bound)
     on = on_input(mechanism, explicit=False)  # the registry entry (tensor.mechanisms.REGISTRY)
-    req = TensorRequest(epsilon=epsilon, delta=delta, k=k, L=L, R=R, calibration=calibration, norm_bound=norm_bound,
-                        mode=mode, neighbors=neighbors, max_rows_per_unit=max_rows_per_unit, whiten=whiten,
-                        rows_per_round=rows_per_round)
+    req = TensorRequest(epsilon=epsilon if auto is None else mechanism_budget(vec, epsilon), delta=delta, k=k, L=L,
+                        R=R, calibration=calibration, norm_bound=norm_bound, mode=mode, neighbors=neighbors,
+                        max_rows_per_unit=max_rows_per_unit, whiten=whiten, rows_per_round=rows_per_round)
     scales = vec.scaling(norm_bound).scales() if vec.bounds else None
     if whiten:
         return _whitened_plan(session, source, on, req, release_id=release_id, request=request, extra=extra,
                               mechanism=mechanism, d=d, nonfinite=nonfinite, rng=rng, config_sha256=config_sha256,
-                              scales=scales)
+                              scales=scales, auto=auto)
     if on.plan is not None:
         plan = on.plan(req)
     source.passes, source.seed = passes, int(rng.integers(0, 2**62))
     prepare = source.prepare
 
-    def moments_of(frame: DataFrame):
+    def moments_of(frame: DataFrame, norm_bound: float = norm_bound):
         def moments(U: np.ndarray, pass_index: int):
             return third_moment_sums(frame, U, norm_bound=norm_bound, nonfinite=nonfinite,
                                      pass_index=pass_index if mode == "fresh" else None)
@@ -354,20 +423,121 @@ def _rows_plan(
         return _public_plan(session, release_id, request, extra, mechanism, run, config_sha256,
                             payload=lambda dec: with_directions(Noised(_payload(dec)), scales).arrays)
 
-    def noise(frame: DataFrame, cp: Chokepoint) -> Noised:
+    def noise(frame: DataFrame | None, cp: Chokepoint) -> Noised:
         # The passes are adaptive (each depends on the previous noisy output), so
         # the Spark work runs here, after the charge; a crash mid-way costs budget
-        # but releases nothing.
+        # but releases nothing. With 'auto' the rows are first read here for the choice (its event charged).
+        B, req_b, plan_b, scales_b, more = norm_bound, req, plan, scales, {}
+        if auto is not None:
+            B, scales_b, more = auto.choose(cp, source)
+            req_b, plan_b = auto.replan(on, req, plan, B, more)
+            frame = prepare()
+        assert frame is not None
         try:
-            dec = on.run(moments_of(frame), d, req, plan, cp, rng)
+            dec = on.run(moments_of(frame, B), d, req_b, plan_b, cp, rng)
         finally:
             source.release(frame)
-        return with_directions(_noised(on, dec, req, plan, request), scales)
+        noised = with_directions(_noised(on, dec, req_b, plan_b, request), scales_b)
+        return dataclasses.replace(noised, manifest={**noised.manifest, **more})
 
     privacy = {**on.privacy(plan, req), "norm_bound": norm_bound, "privacy_unit": privacy_unit or "row",
                "max_rows_per_unit": max_rows_per_unit}
-    return _private_plan(session, plan, release_id, request, extra, mechanism, prepare, noise, privacy,
-                            neighbors, epsilon, delta, config_sha256)
+    return _private_plan(session, plan, release_id, request, extra, mechanism, prepare if auto is None else _nothing,
+                         noise, privacy, neighbors, epsilon, delta, config_sha256, auto=auto, on=on, req=req)
+
+
+def _nothing() -> None:
+    """The exact step of an ``auto`` release: none before the charge (the rows are first read after it)."""
+    return None
+
+
+class _Auto:
+    """``bounds="auto"`` or ``norm_bound="auto"`` over rows: the private choice, made after the charge.
+
+    The choice is the second-moment family's (:mod:`spark_dp.privacy.quantile`,
+    planned by :func:`spark_dp.second_moment._prepare.vector`): its event is
+    charged with the release's others, its counts are read after the charge,
+    and the draw goes through the chokepoint. The mechanism is planned at the
+    remaining ε (:func:`~spark_dp.second_moment._prepare.mechanism_budget`).
+    """
+
+    def __init__(self, vec, data, *, nonfinite, dimension, privacy_unit, max_rows_per_unit) -> None:
+        self.vec, self.data, self.nonfinite, self.dimension = vec, data, nonfinite, dimension
+        self.privacy_unit, self.max_rows_per_unit = privacy_unit, max_rows_per_unit
+
+    @classmethod
+    def of(cls, vec, data, **kw) -> _Auto | None:
+        return None if vec.auto_bounds is None and vec.quantile is None else cls(vec, data, **kw)
+
+    @property
+    def event(self):
+        return (self.vec.auto_bounds or self.vec.quantile).event
+
+    def request(self, epsilon: float) -> dict:
+        """The request's fields of the choice (as the second-moment family's ``Prepared.request``)."""
+        vec = self.vec
+        if vec.auto_bounds is not None:
+            return {"bounds": "auto", "bounds_auto": {"share": vec.auto_bounds.epsilon / epsilon}}
+        return {"norm_bound_auto": {"share": vec.quantile.epsilon / epsilon, "quantile": vec.quantile.alpha}}
+
+    def privacy(self, epsilon: float) -> dict:
+        """The budget split, stated in the manifest's privacy block."""
+        vec = self.vec
+        return {"epsilon": epsilon, "mechanism_epsilon": mechanism_budget(vec, epsilon),
+                **({"bounds_epsilon": vec.auto_bounds.epsilon} if vec.auto_bounds is not None else
+                   {"norm_bound_epsilon": vec.quantile.epsilon})}
+
+    def choose(self, cp: Chokepoint, source: _RowsSource) -> tuple[float, np.ndarray | None, dict]:
+        """Reads the counts, draws the choice through ``cp`` (its charged event) and sets ``source`` to it.
+
+        Returns the norm bound B, the scales of ``directions`` (None without bounds) and the manifest's fields.
+        """
+        from spark_dp.aggregates.norms import norm_counts, value_counts
+        from spark_dp.privacy.quantile import (
+            VALUE_GRID,
+            collapse_warning,
+            collapsed_columns,
+            private_bounds,
+            private_quantile,
+        )
+
+        vec = self.vec
+        if vec.auto_bounds is not None:
+            counts = value_counts(self.data, vec.names, VALUE_GRID, privacy_unit=self.privacy_unit,
+                                  max_rows_per_unit=self.max_rows_per_unit)
+            chosen = private_bounds(cp, vec.auto_bounds, counts)
+            collapsed = collapsed_columns(chosen)
+            warning = {} if not collapsed else {"warning": collapse_warning(vec.auto_bounds, collapsed)}
+            if collapsed:
+                log.warning("%s", warning["warning"])
+            B, chosen_vec = float(vec.norm_bound), vec.with_bounds(chosen)
+            source.affine = chosen_vec.affine(B)
+            return B, chosen_vec.scaling(B).scales(), {**_scaling_manifest(chosen_vec), "bounds_auto": {
+                **vec.auto_bounds.manifest(), "bounds": {c: list(b) for c, b in chosen.items()}, **warning}}
+        grid = vec.grid()
+        counts = norm_counts(self.data, vec.columns, grid, nonfinite=self.nonfinite, dimension=self.dimension,
+                             privacy_unit=self.privacy_unit, max_rows_per_unit=self.max_rows_per_unit,
+                             affine=vec.affine(None))
+        q = private_quantile(cp, vec.quantile, counts, grid)
+        B = vec.bound_from_quantile(q)
+        source.norm_bound = B
+        return B, (vec.scaling(B).scales() if vec.bounds else None), {"norm_bound_auto": {
+            **vec.quantile.manifest(), **({"grid": "2^(j/4) in [sqrt(d)/256, sqrt(d)], and sqrt(d) (every column "
+                                          "bounded: no row norm exceeds sqrt(d))"} if vec.fully_bounded else {}),
+            "selected_quantile": q, "norm_bound": B}}
+
+    def replan(self, on, req: TensorRequest, plan, B: float, more: dict):
+        """The request and plan at the chosen B (the same events: σ/Δ does not depend on B); states σ, Δ at B."""
+        if self.vec.quantile is None:
+            return req, plan
+        req_b = dataclasses.replace(req, norm_bound=B)
+        plan_b = on.plan(req_b)
+        if list(plan_b.events) != list(plan.events):
+            raise RuntimeError("bug: the mechanism's events changed with the chosen norm bound")
+        stated = on.privacy(plan_b, req_b)
+        more["norm_bound_auto"].update({k: stated[k] for k in ("sensitivity", "noise_scale", "noise_sigma",
+                                                                "second_moment_sigma") if k in stated})
+        return req_b, plan_b
 
 
 class _RowsSource:
@@ -423,7 +593,7 @@ class _RowsSource:
 
 
 def _whitened_plan(session, source, on, req, *, release_id, request, extra, mechanism, d, nonfinite, rng,
-                   config_sha256, scales=None) -> ReleasePlan:
+                   config_sha256, scales=None, auto=None) -> ReleasePlan:
     """Whitened decomposition over rows (see :mod:`spark_dp.tensor.whiten`), by the mechanism's ``run_whitened``."""
     from spark_dp.aggregates.moments import second_moment_sums, third_moment_sums
 
@@ -436,7 +606,7 @@ def _whitened_plan(session, source, on, req, *, release_id, request, extra, mech
         plan = on.plan(req)
     prepare = source.prepare
 
-    def moments_of(frame):
+    def moments_of(frame, norm_bound=norm_bound):
         return lambda U, p: third_moment_sums(frame, U, norm_bound=norm_bound, nonfinite=nonfinite,
                                               pass_index=p if mode == "fresh" else None)
 
@@ -455,34 +625,43 @@ def _whitened_plan(session, source, on, req, *, release_id, request, extra, mech
         return _public_plan(session, release_id, request, extra, mechanism, run, config_sha256,
                             payload=lambda w: with_directions(Noised(payload(w)), scales).arrays)
 
-    def compute():
+    def compute(norm_bound=norm_bound):
         frame = prepare()
         return frame, second_moment_sums(frame, d, norm_bound=norm_bound, nonfinite=nonfinite)[0]
 
-    def noise(exact, cp: Chokepoint) -> dict[str, np.ndarray]:
+    def noise(exact, cp: Chokepoint) -> Noised:
+        B, req_b, plan_b, scales_b, more = norm_bound, req, plan, scales, {}
+        if auto is not None:  # the rows are first read here, after the charge (_Auto)
+            B, scales_b, more = auto.choose(cp, source)
+            req_b, plan_b = auto.replan(on, req, plan, B, more)
+            exact = compute(B)
         frame, gram = exact
         try:
-            w = on.run_whitened(moments_of(frame), gram, None, req, plan, cp, rng)
-            return with_directions(Noised(payload(w), uncertainty=on.uncertainty(w, req, plan, confidence_of(request))),
-                                   scales)
+            w = on.run_whitened(moments_of(frame, B), gram, None, req_b, plan_b, cp, rng)
+            noised = with_directions(Noised(payload(w), uncertainty=on.uncertainty(w, req_b, plan_b,
+                                                                                    confidence_of(request))), scales_b)
+            return dataclasses.replace(noised, manifest={**noised.manifest, **more})
         finally:
             source.release(frame)
 
     privacy = {**on.privacy(plan, req), "norm_bound": norm_bound, "privacy_unit": source.privacy_unit or "row",
                "max_rows_per_unit": req.max_rows_per_unit, "whiten": True}
-    return _private_plan(session, plan, release_id, request, extra, mechanism, compute, noise, privacy,
-                         req.neighbors, req.epsilon, req.delta, config_sha256)
+    return _private_plan(session, plan, release_id, request, extra, mechanism, compute if auto is None else _nothing,
+                         noise, privacy, req.neighbors, request["epsilon"], req.delta, config_sha256, auto=auto, on=on,
+                         req=req)
 
 
-def _vector(data, columns, dimension, bounds, norm_bound, max_rows_per_unit, neighbors):
+def _vector(data, columns, dimension, bounds, norm_bound, max_rows_per_unit, neighbors, *, epsilon, bounds_share,
+            share, quantile, auto_offered):
     """The rows' vector as the second-moment family defines it (``_prepare.vector``: bounds against the schema,
-    B = √d when every column is bounded), without its constant column (a third moment has none: ``directions``).
+    B = √d when every column is bounded, the plans of ``bounds="auto"`` / ``norm_bound="auto"`` at ε's shares),
+    without its constant column (a third moment has none: ``directions``).
     """
     from spark_dp.second_moment._prepare import vector
 
     return vector(OWNER, data, columns, dimension, bounds=bounds, norm_bound=norm_bound, constant_at=None,
-                  epsilon=0.0, share=0.0, quantile=0.0, max_rows_per_unit=max_rows_per_unit, neighbors=neighbors,
-                  norm_bound_auto=False)
+                  epsilon=epsilon, share=share, quantile=quantile, max_rows_per_unit=max_rows_per_unit,
+                  neighbors=neighbors, bounds_share=bounds_share, norm_bound_auto=auto_offered)
 
 
 def _scaling_manifest(vec) -> dict:
@@ -519,23 +698,42 @@ def with_directions(noised: Noised, scales: np.ndarray | None) -> Noised:
 
 
 def _private_plan(session, plan, release_id, request, extra, mechanism, compute, noise, privacy, neighbors,
-                     epsilon, delta, config_sha256) -> ReleasePlan:
-    privacy = {
-        "epsilon": epsilon, "delta": delta, "neighbors": neighbors, **privacy,
-        "calibration": plan.calibration if plan.calibration == "paper" else "exact (Balle & Wang 2018)",
-        "noise_multiplier": plan.noise_multiplier, "releases": plan.releases, "composition": plan.composition,
-        "composition_note": ("each row is used in exactly one power pass: the passes compose in parallel"
-                             + (" (after the second moment, sequentially)" if plan.releases == 2 and
-                                plan.details.get("second_moment_sensitivity") else "")
-                             if plan.composition == "parallel" else
-                             "the releases compose sequentially (exact Gaussian composition)"),
-        "epsilon_exact_accounting": compose_epsilon(plan.events, delta),
-        **{f"calibration_{k}": v for k, v in plan.details.items()},
-    }
+                     epsilon, delta, config_sha256, *, auto=None, on=None, req=None) -> ReleasePlan:
+    """The private release's plan; ``epsilon`` is the release's (with ``auto``: the choice's share and the
+    mechanism's, ``plan`` being the mechanism's at the rest and, with ``norm_bound="auto"``, at B = 1).
+    """
+    events = ((auto.event,) if auto is not None else ()) + tuple(plan.events)
+    accounted = compose_epsilon(list(events), delta)  # once: the events do not depend on B (norm_bound="auto")
+
+    def stated(plan, privacy) -> dict:
+        return {
+            "epsilon": epsilon, "delta": delta, "neighbors": neighbors, **privacy,
+            "calibration": plan.calibration if plan.calibration == "paper" else "exact (Balle & Wang 2018)",
+            "noise_multiplier": plan.noise_multiplier, "releases": plan.releases, "composition": plan.composition,
+            "composition_note": ("each row is used in exactly one power pass: the passes compose in parallel"
+                                 + (" (after the second moment, sequentially)" if plan.releases == 2 and
+                                    plan.details.get("second_moment_sensitivity") else "")
+                                 if plan.composition == "parallel" else
+                                 "the releases compose sequentially (exact Gaussian composition)"),
+            "epsilon_exact_accounting": accounted,
+            **{f"calibration_{k}": v for k, v in plan.details.items()},
+        }
+
+    stated_privacy = stated(plan, privacy)
+    if auto is not None and auto.vec.quantile is not None:
+        # norm_bound="auto": the B-dependent numbers (σ, Δ) are stated after the choice (manifest's norm_bound_auto)
+        def at(B: float):
+            req_b = dataclasses.replace(req, norm_bound=B)
+            plan_b = on.plan(req_b)
+            return types.SimpleNamespace(privacy=stated(plan_b, {**privacy, **on.privacy(plan_b, req_b)}))
+
+        stated_privacy = auto_privacy(at, epsilon, auto.vec)
+    elif auto is not None:
+        stated_privacy = {**stated_privacy, **auto.privacy(epsilon)}
     return ReleasePlan(
         task="tensor_decomposition", mechanism=mechanism, release_id=release_id, request=request,
-        events=tuple(plan.events), budget=Budget(epsilon, delta), compute=compute,
-        noise=lambda exact, cp: _as_noised(noise(exact, cp)), privacy=privacy, manifest=extra,
+        events=events, budget=Budget(epsilon, delta), compute=compute,
+        noise=lambda exact, cp: _as_noised(noise(exact, cp)), privacy=stated_privacy, manifest=extra,
         config_sha256=config_sha256,
     )
 
