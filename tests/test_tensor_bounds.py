@@ -201,7 +201,10 @@ def test_config_dataset_bounds_runs_through_the_job(spark, tmp_path, capsys):
     from spark_dp.cli.main import main as cli_main
     from tests._jobs import DELETE, charges, load_conf, localise, override, write_config, written
 
-    A, V = _scaled_rows(600, seed=9)
+    # 6,000 rows: the config's noise and initial vectors are unseeded, and on 600 rows the recovery check below
+    # failed in about one release of ten (0.32-0.42) at ε = 5 and still at ε = 20; ten times the rows is ten
+    # times the signal against the same noise
+    A, V = _scaled_rows(6000, seed=9)
     path = str(tmp_path / "rows.parquet")
     pd.DataFrame({c: CENTRE[i] + A[:, i] * HALF[i] for i, c in enumerate(COLS)}).to_parquet(path)
     cfg = load_conf("tensor_private_rows.yaml")
@@ -218,7 +221,8 @@ def test_config_dataset_bounds_runs_through_the_job(spark, tmp_path, capsys):
     assert p["norm_bound"] == pytest.approx(math.sqrt(D)) and p["sensitivity"] == pytest.approx(math.sqrt(3) * D**1.5)
     assert preview["privacy"]["noise_scale"] == pytest.approx(p["noise_scale"])
     assert rel["directions"].shape == (1, D) and rel.manifest["scaling"]["bounds"] == BOUNDS
-    assert match(rel["eigenvectors"], V)[1].min() < 0.3
+    err = match(rel["eigenvectors"], V)[1].min()
+    assert err < 0.3, err
 
     for over, needle in (({"dataset.bounds": {"x9": [0, 1]}}, "'x9'"),
                          ({"dataset.bounds": {"x0": [1, 0]}}, "'dataset.bounds'"),
