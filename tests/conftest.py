@@ -64,18 +64,54 @@ def any_ledger_uri(request, tmp_path):
     return create_database(base, f"ledger_{uuid.uuid4().hex[:12]}")
 
 
-@pytest.fixture
-def connect_server(tmp_path):
-    """A local Spark Connect server on a free 127.0.0.1 port; always stopped, nothing left behind."""
-    from tests._servers import ConnectServer
+_CONNECT_USERS: list = []  # the collected tests that use connect_server, in run order
 
-    server = ConnectServer(tmp_path / "connect-server", python=sys.executable)
-    try:
-        server.start()
-        yield server
-    finally:
+
+def pytest_collection_finish(session):
+    _CONNECT_USERS[:] = [item for item in session.items if "connect_server" in getattr(item, "fixturenames", ())]
+
+
+@pytest.fixture(scope="session")
+def _connect_server_holder(tmp_path_factory):
+    """The run's one Spark Connect server (started on first use); stopped after its last user, or at the end."""
+    holder = {"server": None, "starts": 0, "dir": tmp_path_factory.mktemp("connect-server")}
+    yield holder
+    _stop_connect_server(holder)
+
+
+def _stop_connect_server(holder) -> None:
+    server, holder["server"] = holder["server"], None
+    if server is not None:
         server.stop()
         assert not server.leftovers(), f"Spark Connect server processes left behind: {server.leftovers()}"
+
+
+@pytest.fixture
+def connect_server(request, _connect_server_holder):
+    """A local Spark Connect server on a free 127.0.0.1 port; always stopped, nothing left behind.
+
+    One server serves every test that asks for it (a start costs 6-17 s here): each client is its own
+    Connect session (own conf, artifacts and temp views); the tests' catalog objects have distinct names.
+    A server that died is replaced before the next test; the server stops after its last user's teardown.
+    """
+    from tests._servers import ConnectServer
+
+    holder = _connect_server_holder
+    server = holder["server"]
+    if server is None or not server.proc.running():
+        if server is not None:  # died in an earlier test: clean up its tree, start afresh
+            _stop_connect_server(holder)
+        holder["starts"] += 1
+        server = ConnectServer(holder["dir"] / f"server-{holder['starts']}", python=sys.executable)
+        try:
+            server.start()
+        except BaseException:
+            server.stop()
+            raise
+        holder["server"] = server
+    yield server
+    if not _CONNECT_USERS or request.node is _CONNECT_USERS[-1]:
+        _stop_connect_server(holder)
 
 
 @pytest.fixture(scope="session")

@@ -264,23 +264,17 @@ print(json.dumps({"a": float(np.max(np.abs(a - C.T @ C))), "b": float(np.max(np.
 '''
 
 
-def test_both_paths_over_spark_connect(tmp_path):
+def test_both_paths_over_spark_connect(tmp_path, connect_server):
     import json
     import sys
 
-    from tests._servers import ConnectServer, run_client, spark_env
+    from tests._servers import run_client, spark_env
 
-    server = ConnectServer(tmp_path / "connect-server", python=sys.executable)
-    try:
-        server.start()
-        script = tmp_path / "client.py"
-        script.write_text(CONNECT_CLIENT)
-        env = spark_env(tmp_path / "client-local", SPARK_REMOTE=server.url)
-        run = run_client([sys.executable, str(script), str(tmp_path / "data")], env=env, cwd=tmp_path / "client",
-                         name="gram-connect")
-        assert run.returncode == 0, run.describe(server)
-        out = json.loads(run.stdout.strip().splitlines()[-1])
-        assert out["a"] < 1e-9 and out["b"] < 1e-9
-    finally:
-        server.stop()
-    assert not server.leftovers()
+    script = tmp_path / "client.py"
+    script.write_text(CONNECT_CLIENT)
+    env = spark_env(tmp_path / "client-local", SPARK_REMOTE=connect_server.url)
+    run = run_client([sys.executable, str(script), str(tmp_path / "data")], env=env, cwd=tmp_path / "client",
+                     name="gram-connect")
+    assert run.returncode == 0, run.describe(connect_server)
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["a"] < 1e-9 and out["b"] < 1e-9
