@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import types
 
 import dp_accounting
 import numpy as np
@@ -25,9 +24,8 @@ import pytest
 
 import spark_dp
 from spark_dp.errors import ConfigError
-from spark_dp.privacy import GaussianEvent, SeededSampler, compose_epsilon
-from tests._audit import empirical_epsilon
-from tests._samplers import FakeChokepoint
+from spark_dp.privacy import SeededSampler
+from tests._tensor_data import audit_bounded_pass
 
 D = 3
 COLS = [f"x{i}" for i in range(D)]
@@ -169,9 +167,6 @@ def test_audit_bounds_auto_units_of_two_rows_and_replace(spark, tmp_path):
     release's m and relation) and the pass's worst case in the data's units, clamped to the CHOSEN bounds, attains
     and does not exceed f·m·√L·B³ (B = √d); the σ released at the remaining ε keeps one pass's empirical ε below
     its claim, and σ/2 is caught."""
-    from spark_dp.aggregates._vectors import Affine
-    from spark_dp.aggregates.moments import prepare_rows, third_moment_sums
-
     eps, share, L = 2.0, 0.5, 4  # the mechanism gets epsilon = 1 (one pass: ~0.7, where sigma/2 is detectable)
     rng = np.random.default_rng(1)
     common = CENTRE + rng.uniform(-1, 1, size=(3000, D)) * HALF
@@ -197,31 +192,8 @@ def test_audit_bounds_auto_units_of_two_rows_and_replace(spark, tmp_path):
     mech = eps * (1 - share)
     assert p["noise_sigma"] == pytest.approx(math.sqrt(batches) * dp_accounting.get_sigma_gaussian(mech, DELTA) * sens)
     assert p["epsilon_exact_accounting"] <= eps + 1e-9
-    # the pass's exact sums on the neighbours, from the rows Spark builds with the chosen bounds
-    U = np.tile((np.ones(D) / math.sqrt(D))[:, None], (1, L))
-    sums = {}
-    for name, df in frames.items():
-        frame, _ = prepare_rows(df, COLS, privacy_unit="u", max_rows_per_unit=2,
-                                affine=Affine(tuple(tuple(chosen[c]) for c in COLS)))
-        sums[name] = third_moment_sums(frame, U, norm_bound=p["norm_bound"])[0]
-        frame.unpersist()
-    diff = sums["D"] - sums["D'"]
-    assert np.linalg.norm(diff) == pytest.approx(sens)  # attained, not exceeded
-    plan = types.SimpleNamespace(sigma=p["noise_sigma"], sensitivity=p["sensitivity"])
-    claim = compose_epsilon([GaussianEvent(noise_multiplier=p["noise_multiplier"])], DELTA)  # one pass's ε
-    unit = diff / np.linalg.norm(diff)
-
-    def projections(plan, n=300_000):
-        from spark_dp.tensor.private import noisy_batch
-
-        x0 = np.einsum("nij,ij->n", noisy_batch(np.zeros((n, D, L)), plan, FakeChokepoint.seeded(3).gaussian), unit)
-        x1 = np.einsum("nij,ij->n", noisy_batch(np.broadcast_to(diff, (n, D, L)), plan,
-                                                 FakeChokepoint.seeded(4).gaussian), unit)
-        return x0, x1
-
-    assert empirical_epsilon(*projections(plan), DELTA) < claim
-    halved = types.SimpleNamespace(sigma=plan.sigma / 2, sensitivity=plan.sensitivity)
-    assert empirical_epsilon(*projections(halved), DELTA) > claim  # the audit catches under-noise
+    # the pass's exact sums (attained sensitivity) on the neighbours, from the rows Spark builds with the chosen bounds
+    audit_bounded_pass(frames, COLS, chosen, p, sens, L, DELTA)
 
 
 BAD = [

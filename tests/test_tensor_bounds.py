@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import types
 
 import dp_accounting
 import numpy as np
@@ -23,10 +22,8 @@ import pytest
 
 import spark_dp
 from spark_dp.errors import ConfigError
-from spark_dp.privacy import GaussianEvent, SeededSampler, compose_epsilon
-from tests._audit import empirical_epsilon
-from tests._samplers import FakeChokepoint
-from tests._tensor_data import match
+from spark_dp.privacy import SeededSampler
+from tests._tensor_data import audit_bounded_pass, match
 
 D, K = 4, 2
 COLS = [f"x{i}" for i in range(D)]
@@ -118,8 +115,6 @@ def test_fresh_mode_with_bounds_recovers_the_components(data, tmp_path):
 
 def test_audit_with_bounds_units_of_two_rows_and_replace(spark, tmp_path):
     """m = 2, replace: the sensitivity is f·m·√L·B³ at B = √d; the worst case in the data's units attains it."""
-    from spark_dp.aggregates._vectors import Affine
-    from spark_dp.aggregates.moments import prepare_rows, third_moment_sums
 
     d, L = 3, 4
     cols, bounds = COLS[:d], {c: BOUNDS[c] for c in COLS[:d]}
@@ -138,31 +133,8 @@ def test_audit_with_bounds_units_of_two_rows_and_replace(spark, tmp_path):
     sens = 2 * 2 * math.sqrt(L) * d**1.5  # f = 2 (replace), m = 2, B = sqrt(d): independent of the code
     assert p["sensitivity"] == pytest.approx(sens) and p["max_rows_per_unit"] == 2
     assert p["noise_sigma"] == pytest.approx(math.sqrt(batches) * dp_accounting.get_sigma_gaussian(EPS, DELTA) * sens)
-    # the pass's exact sums on the neighbours, from the rows Spark builds with the bounds
-    U = np.tile((np.ones(d) / math.sqrt(d))[:, None], (1, L))
-    sums = {}
-    for name, df in frames.items():
-        frame, _ = prepare_rows(df, cols, privacy_unit="u", max_rows_per_unit=2, affine=Affine(tuple(
-            tuple(bounds[c]) for c in cols)))
-        sums[name] = third_moment_sums(frame, U, norm_bound=p["norm_bound"])[0]
-        frame.unpersist()
-    diff = sums["D"] - sums["D'"]
-    assert np.linalg.norm(diff) == pytest.approx(sens)  # attained, not exceeded
-    plan = types.SimpleNamespace(sigma=p["noise_sigma"], sensitivity=p["sensitivity"])
-    claim = compose_epsilon([GaussianEvent(noise_multiplier=p["noise_multiplier"])], DELTA)  # one pass's ε
-    unit = diff / np.linalg.norm(diff)
-
-    def projections(plan, n=300_000):
-        from spark_dp.tensor.private import noisy_batch
-
-        x0 = np.einsum("nij,ij->n", noisy_batch(np.zeros((n, d, L)), plan, FakeChokepoint.seeded(3).gaussian), unit)
-        x1 = np.einsum("nij,ij->n", noisy_batch(np.broadcast_to(diff, (n, d, L)), plan,
-                                                 FakeChokepoint.seeded(4).gaussian), unit)
-        return x0, x1
-
-    assert empirical_epsilon(*projections(plan), DELTA) < claim
-    halved = types.SimpleNamespace(sigma=plan.sigma / 2, sensitivity=plan.sensitivity)
-    assert empirical_epsilon(*projections(halved), DELTA) > claim  # the audit catches under-noise
+    # the pass's exact sums (attained sensitivity) on the neighbours, from the rows Spark builds with the bounds
+    audit_bounded_pass(frames, cols, bounds, p, sens, L, DELTA)
 
 
 BAD = [
