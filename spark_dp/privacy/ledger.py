@@ -412,17 +412,37 @@ class Ledger:
     @staticmethod
     def _group_declarations(con: _Connection, base: str | None = None) -> dict[str, list[tuple[str, UnitDeclaration]]]:
         """The declared datasets of every lifetime group (or of ``base``'s), in order of their first charge."""
+        where, params = "", ()
+        if base is not None:
+            prefix = base + PERIOD_SEPARATOR
+            where, params = " AND (d.dataset_id = ? OR substr(d.dataset_id, 1, ?) = ?)", (base, len(prefix), prefix)
         rows = con.execute(
             "SELECT d.dataset_id, d.privacy_unit, d.max_per_unit, d.neighbors, MIN(c.seq) FROM datasets d "
-            "LEFT JOIN charges c ON c.dataset_id = d.dataset_id WHERE d.privacy_unit IS NOT NULL "
-            "GROUP BY d.dataset_id, d.privacy_unit, d.max_per_unit, d.neighbors").fetchall()
+            "LEFT JOIN charges c ON c.dataset_id = d.dataset_id WHERE d.privacy_unit IS NOT NULL" + where +
+            " GROUP BY d.dataset_id, d.privacy_unit, d.max_per_unit, d.neighbors", params).fetchall()
         out: dict[str, list[tuple[Any, str, UnitDeclaration]]] = {}
         for ds, unit, m, neighbors, first in rows:
-            group = lifetime_dataset(str(ds))
-            if base is None or group == base:
-                out.setdefault(group, []).append(
-                    (first is None, first or 0, str(ds), UnitDeclaration(str(unit), int(m or 1), str(neighbors))))
+            out.setdefault(lifetime_dataset(str(ds)), []).append(
+                (first is None, first or 0, str(ds), UnitDeclaration(str(unit), int(m or 1), str(neighbors))))
         return {g: [(ds, d) for *_, ds, d in sorted(members)] for g, members in out.items()}
+
+    @staticmethod
+    def _mixed(members: Sequence[tuple[str, UnitDeclaration]]) -> bool:
+        """Whether declarations of one group disagree (:meth:`UnitDeclaration.covers`, the one rule)."""
+        return any(not members[0][1].covers(d) for _, d in members[1:])
+
+    @staticmethod
+    def _mixed_groups(con: _Connection) -> set[str]:
+        """The lifetime groups whose declared datasets disagree (one cheap scan of ``datasets``, for every open)."""
+        seen: dict[str, UnitDeclaration] = {}
+        mixed = set()
+        for ds, unit, m, neighbors in con.execute(
+                "SELECT dataset_id, privacy_unit, max_per_unit, neighbors FROM datasets "
+                "WHERE privacy_unit IS NOT NULL").fetchall():
+            group, d = lifetime_dataset(str(ds)), UnitDeclaration(str(unit), int(m or 1), str(neighbors))
+            if not seen.setdefault(group, d).covers(d):
+                mixed.add(group)
+        return mixed
 
     @staticmethod
     def _group_unit(con: _Connection, base: str) -> tuple[UnitDeclaration, str] | None:
@@ -439,17 +459,17 @@ class Ledger:
         chooses its unit (:meth:`keep_group_unit`).
         """
         for base, members in self._group_declarations(con).items():
-            if len({(d.unit, d.neighbors) for _, d in members}) == 1 and self._group_unit(con, base) is None:
+            if not self._mixed(members) and self._group_unit(con, base) is None:
                 ds, d = members[0]
                 con.execute("INSERT INTO lifetime_units VALUES (?, ?, ?, ?, ?)",
                             (base, d.unit, d.neighbors, ds, _now()))
 
     def _unit_conflicts(self, con: _Connection) -> list[UnitConflict]:
         out = []
-        for base, members in sorted(self._group_declarations(con).items()):
-            if len({(d.unit, d.neighbors) for _, d in members}) > 1:
-                kept = self._group_unit(con, base)
-                out.append(UnitConflict(base, tuple(members), None if kept is None else kept[1]))
+        for base in sorted(self._mixed_groups(con)):
+            members = self._group_declarations(con, base)[base]
+            kept = self._group_unit(con, base)
+            out.append(UnitConflict(base, tuple(members), None if kept is None else kept[1]))
         return out
 
     def unit_conflicts(self) -> list[UnitConflict]:
@@ -496,7 +516,7 @@ class Ledger:
                 raise _group_unit_mismatch(dataset_id, base, group[1], group[0], unit)
             return False
         members = self._group_declarations(con, base).get(base, [])
-        if len({(d.unit, d.neighbors) for _, d in members}) > 1:
+        if self._mixed(members):
             raise LedgerError(_conflicts_message(self.path, [UnitConflict(base, tuple(members), None)]))
         for ds, d in members:
             if unit is not None and not d.covers(unit):
