@@ -18,7 +18,7 @@ import pytest
 
 from spark_dp.cli.main import main as cli_main
 from spark_dp.errors import ConfigError, LedgerError
-from spark_dp.privacy import Budget, GaussianEvent, gaussian_noise_multiplier, open_ledger
+from spark_dp.privacy import Budget, GaussianEvent, SeededSampler, gaussian_noise_multiplier, open_ledger
 from spark_dp.privacy.ledger import SCHEMA_VERSION, UnitDeclaration
 
 DELTA = 1e-6
@@ -191,3 +191,35 @@ def test_a_ledger_mixing_units_in_a_group_is_refused_with_the_period_names(any_l
     assert cli_main(["audit", "--ledger", uri, str(out), "--json"]) == 1  # s5, h3 unwritten; the mix is a note
     report = json.loads(capsys.readouterr().out)
     assert report["counts"].get("mixed_units") is None and report["counts"]["units_kept"] == 1
+
+
+def test_the_public_api_refuses_the_sales_example_before_any_spark_work(spark, tmp_path, monkeypatch):
+    """As a user would call it: sales@2026-11-01 row level, then sales@2026-11-02 by customer_id, m = 50, replace.
+
+    The session's dry run refuses the second period before any Spark job (``gram_matrix`` would raise).
+    """
+    import numpy as np
+
+    import spark_dp.second_moment.api as sm_api
+    from spark_dp import DPSession
+
+    rng = np.random.default_rng(0)
+    df = spark.createDataFrame([(f"c{i % 5}", *map(float, rng.normal(size=2) / 4)) for i in range(30)],
+                               ["customer_id", "a", "b"])
+
+    def session(period):
+        return DPSession(f"sales@{period}", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=5, delta_limit=1e-5,
+                         lifetime_limit=(10, 1e-5), output=str(tmp_path / "out"), sampler=SeededSampler())
+
+    first = session("2026-11-01")  # its row-level release, charged as the pipeline charges it (no Spark needed here)
+    _charge(first.ledger, "first", "sales@2026-11-01", ROW)
+
+    def no_spark(*a, **k):  # the refusal must come before any Spark work
+        raise AssertionError("Spark work started before the lifetime group's unit check")
+
+    monkeypatch.setattr(sm_api, "gram_matrix", no_spark)
+    with pytest.raises(ConfigError, match="period of 'sales'"):
+        session("2026-11-02").second_moment(df, ["a", "b"], epsilon=1, delta=1e-6, norm_bound=1,
+                                            privacy_unit="customer_id", max_rows_per_unit=50, neighbors="replace")
+    ledger = open_ledger(f"sqlite:///{tmp_path}/l.db")
+    assert ledger.lifetime_status("sales").releases == 1 and len(ledger.all_charges()) == 1
