@@ -65,6 +65,17 @@ log = logging.getLogger("spark_dp")
 OWNER = "tensor_decomposition"
 
 
+def pass_seed(session: DPSession) -> int:
+    """The secret seed of fresh mode's pass assignment: 62 bits of the session sampler's key (OS entropy).
+
+    Never drawn from ``rng`` (the random-start generator a caller may seed):
+    who knows the seed knows which rows share a pass. Only a seeded test
+    sampler, whose releases are marked not private, makes it reproducible.
+    Not released.
+    """
+    return session.sampler.key() & ((1 << 62) - 1)
+
+
 def load_tensor(path: str) -> np.ndarray:
     """Reads an explicit tensor from a ``.npy`` file (SchemaError if absent or unreadable)."""
     if not os.path.isfile(path):
@@ -404,7 +415,7 @@ def _rows_plan(
                               scales=scales, auto=auto)
     if on.plan is not None:
         plan = on.plan(req)
-    source.passes, source.seed = passes, int(rng.integers(0, 2**62))
+    source.passes, source.seed = passes, pass_seed(session)
     prepare = source.prepare
 
     def moments_of(frame: DataFrame, norm_bound: float = norm_bound):
@@ -601,7 +612,7 @@ def _whitened_plan(session, source, on, req, *, release_id, request, extra, mech
         raise ConfigError(f"The 'whiten' parameter of {OWNER} is not supported by mechanism {mechanism!r}.")
     private, norm_bound, mode = on.plan is not None, req.norm_bound, req.mode
     source.passes = req.k * passes_per_component(req.R, private) if mode == "fresh" else None
-    source.seed = int(rng.integers(0, 2**62))
+    source.seed = pass_seed(session)
     if private:
         plan = on.plan(req)
     prepare = source.prepare
