@@ -23,12 +23,17 @@ Guarantees, relied on by the chokepoint:
   charge stands without a release.
 
 * **One privacy unit per dataset.** The first charge on a dataset fixes its
-  privacy unit (a column, ``row``, or ``tensor_entry``), per-unit bound m and
-  neighbour relation (:class:`UnitDeclaration`); a later charge or dry run
-  whose release protects a different unit or relation is refused before any
-  Spark work (:meth:`UnitDeclaration.covers` says exactly which releases are
-  accepted and why). Ledgers of schema 1 gain the three columns on first open;
-  their datasets are declared by their next charge.
+  privacy unit (a column, or none: each row, or each entry of an explicit
+  tensor, is a unit), per-unit bound m and neighbour relation
+  (:class:`UnitDeclaration`); a later charge or dry run whose release
+  protects a different unit or relation is refused before any Spark work
+  (:meth:`UnitDeclaration.covers` says exactly which releases are accepted
+  and why). Ledgers of schema 1 gain the three columns on first open; their
+  datasets are declared by their next charge. ``datasets.privacy_unit``
+  stores ``row`` (no unit column, row level), ``tensor_entry`` (no unit
+  column, an explicit tensor) or ``column:<name>`` (the unit column
+  ``<name>``): no column name stores as ``row``, so a column named ``row``
+  is a unit column, never row level (:meth:`UnitDeclaration.stored`).
 
 * **Lifetime caps over renewing periods.** Ledger datasets ``<base>@<period>``
   (a plan's renewing budgets, or any ids named so) are the periods of the
@@ -48,9 +53,13 @@ Guarantees, relied on by the chokepoint:
 
 Schema 3 adds ``lifetime_limits``, ``crashes``, ``charges.lifetime_epsilon``
 and ``limit_changes.scope``; schema 4 adds ``charges.input``, the release's
-input lineage (:mod:`spark_dp.release.lineage`) as JSON. Ledgers of an
-earlier schema are migrated in place on first open (their rows keep working;
-their charges have no recorded lifetime ε or lineage: null).
+input lineage (:mod:`spark_dp.release.lineage`) as JSON; schema 5 stores
+a unit column as ``column:<name>`` (earlier schemas stored its bare name, so
+a column named ``row`` read as row level): the migration prefixes every
+stored unit other than ``row`` and ``tensor_entry``, which keep reading as
+row level and tensor entries. Ledgers of an earlier schema are migrated in
+place on first open (their rows keep working; their charges have no recorded
+lifetime ε or lineage: null).
 
 Composition of a dataset's charges is exact for Gaussian events and uses
 PLD otherwise (:mod:`spark_dp.privacy.accountant`); ε is reported at the
@@ -73,15 +82,17 @@ from spark_dp.errors import BudgetExceededError, ConfigError, LedgerError, Relea
 from spark_dp.privacy.accountant import Budget, compose_epsilon
 from spark_dp.privacy.events import Event, events_from_json, events_to_json
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Schema 2 adds the dataset's privacy unit (issue #12); schema 3 the lifetime
 # caps over renewing periods and the crash records, schema 4 the input lineage
-# of each charge (issue #16). Older ledgers are migrated in place on first
-# open, one step at a time (existing rows keep working).
+# of each charge (issue #16), schema 5 the stored form ``column:<name>`` of a
+# unit column. Older ledgers are migrated in place on first open, one step at
+# a time (existing rows keep working).
 _UNIT_COLUMNS = (("privacy_unit", "TEXT"), ("max_per_unit", "INTEGER"), ("neighbors", "TEXT"))
 _SCHEMA_3_COLUMNS = (("charges", "lifetime_epsilon", "DOUBLE PRECISION"), ("limit_changes", "scope", "TEXT"))
 _SCHEMA_4_COLUMNS = (("charges", "input", "TEXT"),)
 PERIOD_SEPARATOR = "@"
+_COLUMN_PREFIX = "column:"  # the stored form of a unit column (schema 5): column:<name>
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -162,15 +173,40 @@ def _limit_mismatch(dataset_id: str, stored: Budget, limit: Budget) -> ConfigErr
 class UnitDeclaration:
     """What one release protects: its privacy unit, per-unit bound m and neighbour relation.
 
-    ``unit`` is the ``privacy_unit`` column, ``row`` (no unit column: each
-    row is a unit), or ``tensor_entry`` (an explicit tensor, Wang &
-    Anandkumar's Def. 4.2). ``neighbors`` is ``add_remove``, ``replace`` or
+    ``unit`` is the ``privacy_unit`` column's name, or None when there is no
+    unit column: each row is a unit, or, with ``neighbors="tensor_entry"``,
+    each entry of an explicit tensor (Wang & Anandkumar's Def. 4.2). None is
+    no column name, so a column named ``row`` or ``tensor_entry`` is a unit
+    column like any other. ``neighbors`` is ``add_remove``, ``replace`` or
     ``tensor_entry``.
     """
 
-    unit: str
+    unit: str | None
     max_per_unit: int
     neighbors: str
+
+    @property
+    def label(self) -> str:
+        """For people: the column's name, or ``row`` / ``tensor_entry`` when there is no unit column."""
+        if self.unit is not None:
+            return self.unit
+        return "tensor_entry" if self.neighbors == "tensor_entry" else "row"
+
+    @property
+    def stored(self) -> str:
+        """The ledger's form: ``row``, ``tensor_entry`` or ``column:<name>`` (no column name stores as the others)."""
+        return self.label if self.unit is None else _COLUMN_PREFIX + self.unit
+
+    @classmethod
+    def from_stored(cls, stored: str, max_per_unit: int, neighbors: str) -> UnitDeclaration:
+        """The declaration of a ledger row (:attr:`stored`; ``row`` and ``tensor_entry``: no unit column)."""
+        stored = str(stored)
+        if stored.startswith(_COLUMN_PREFIX):
+            return cls(stored[len(_COLUMN_PREFIX):], int(max_per_unit), str(neighbors))
+        if stored in ("row", "tensor_entry"):
+            return cls(None, int(max_per_unit), str(neighbors))
+        raise LedgerError(f"ledger row has privacy unit {stored!r}, which is not a stored unit form "
+                          "('row', 'tensor_entry' or 'column:<name>'); was the ledger written by another program?")
 
     def covers(self, release: UnitDeclaration) -> bool:
         """Whether a release with ``release``'s unit composes with this dataset's declared one.
@@ -198,10 +234,13 @@ class UnitDeclaration:
         return self.unit == release.unit and self.neighbors == release.neighbors
 
     def describe(self) -> str:
-        return f"unit {self.unit!r}, at most {self.max_per_unit} rows per unit, neighbours {self.neighbors!r}"
+        what = f"unit column {self.unit!r}" if self.unit is not None else f"unit {self.label!r} (no unit column)"
+        return f"{what}, at most {self.max_per_unit} rows per unit, neighbours {self.neighbors!r}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"privacy_unit": self.unit, "max_per_unit": self.max_per_unit, "neighbors": self.neighbors}
+        """``privacy_unit`` (:attr:`label`), ``privacy_unit_column`` (the column or None), m and neighbours."""
+        return {"privacy_unit": self.label, "privacy_unit_column": self.unit, "max_per_unit": self.max_per_unit,
+                "neighbors": self.neighbors}
 
 
 def _unit_mismatch(dataset_id: str, declared: UnitDeclaration, release: UnitDeclaration) -> ConfigError:
@@ -324,11 +363,26 @@ class Ledger:
                 for table, name, sqltype in _SCHEMA_3_COLUMNS + _SCHEMA_4_COLUMNS:
                     if name not in self._columns(con, table):
                         con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sqltype}")
+                if int(row[0]) < 5:  # schema 4 → 5: a unit column is stored as column:<name>
+                    self._prefix_unit_columns(con)
                 con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _columns(self, con: _Connection, table: str) -> set[str]:
         """The column names of ``table``."""
         raise NotImplementedError
+
+    def _prefix_unit_columns(self, con: _Connection) -> None:
+        """Migration to schema 5: every stored unit but ``row`` and ``tensor_entry`` was a bare column name.
+
+        Those two keep their meaning (no unit column): a dataset whose unit
+        column was named ``row`` before schema 5 cannot be told from a
+        row-level one and stays row level. Every table holding a
+        ``privacy_unit`` declaration is migrated.
+        """
+        for table in ("datasets", "lifetime_units"):
+            if "privacy_unit" in self._columns(con, table):
+                con.execute(f"UPDATE {table} SET privacy_unit = '{_COLUMN_PREFIX}' || privacy_unit "
+                            "WHERE privacy_unit IS NOT NULL AND privacy_unit NOT IN ('row', 'tensor_entry')")
 
     # -- connections (backend) -------------------------------------------
     def _connect(self) -> _Connection:
@@ -526,7 +580,7 @@ class Ledger:
         ).fetchone()
         if row is None or row[0] is None:
             return None
-        return UnitDeclaration(str(row[0]), int(row[1]), str(row[2]))
+        return UnitDeclaration.from_stored(str(row[0]), int(row[1]), str(row[2]))
 
     def _check_unit(self, con: _Connection, dataset_id: str, unit: UnitDeclaration | None) -> UnitDeclaration | None:
         """The dataset's declared unit (None before its first release); raises if it does not cover ``unit``."""
@@ -653,7 +707,7 @@ class Ledger:
             if unit is not None and declared is None:  # the dataset's first release declares its unit
                 con.execute(
                     "UPDATE datasets SET privacy_unit = ?, max_per_unit = ?, neighbors = ? WHERE dataset_id = ?",
-                    (unit.unit, unit.max_per_unit, unit.neighbors, dataset_id),
+                    (unit.stored, unit.max_per_unit, unit.neighbors, dataset_id),
                 )
             created = _now()
             seq = con.execute(
@@ -719,7 +773,9 @@ class Ledger:
         return json.dumps([
             {"dataset_id": s.dataset_id, "epsilon_limit": s.limit.epsilon, "delta_limit": s.limit.delta,
              "epsilon_spent": s.spent_epsilon, "epsilon_remaining": s.remaining_epsilon, "releases": s.releases,
-             "privacy_unit": s.unit.unit if s.unit else None, "max_per_unit": s.unit.max_per_unit if s.unit else None,
+             "privacy_unit": s.unit.label if s.unit else None,
+             "privacy_unit_column": s.unit.unit if s.unit else None,
+             "max_per_unit": s.unit.max_per_unit if s.unit else None,
              "neighbors": s.unit.neighbors if s.unit else None, **lifetime(s.dataset_id)}
             for s in self.status(dataset_id)
         ], indent=2)

@@ -452,6 +452,7 @@ def _rows_plan(
         return dataclasses.replace(noised, manifest={**noised.manifest, **more})
 
     privacy = {**on.privacy(plan, req), "norm_bound": norm_bound, "privacy_unit": privacy_unit or "row",
+               "privacy_unit_column": privacy_unit,
                "max_rows_per_unit": max_rows_per_unit}
     return _private_plan(session, plan, release_id, request, extra, mechanism, prepare if auto is None else _nothing,
                          noise, privacy, neighbors, epsilon, delta, config_sha256, auto=auto, on=on, req=req)
@@ -656,6 +657,7 @@ def _whitened_plan(session, source, on, req, *, release_id, request, extra, mech
             source.release(frame)
 
     privacy = {**on.privacy(plan, req), "norm_bound": norm_bound, "privacy_unit": source.privacy_unit or "row",
+               "privacy_unit_column": source.privacy_unit,
                "max_rows_per_unit": req.max_rows_per_unit, "whiten": True}
     return _private_plan(session, plan, release_id, request, extra, mechanism, compute if auto is None else _nothing,
                          noise, privacy, req.neighbors, request["epsilon"], req.delta, config_sha256, auto=auto, on=on,
