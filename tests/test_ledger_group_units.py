@@ -24,7 +24,7 @@ from spark_dp.privacy.ledger import SCHEMA_VERSION, UnitDeclaration
 DELTA = 1e-6
 EV = [GaussianEvent(gaussian_noise_multiplier(1.0, DELTA))]
 LIMIT = Budget(5.0, DELTA)
-ROW = UnitDeclaration("row", 1, "add_remove")
+ROW = UnitDeclaration(None, 1, "add_remove")
 CUSTOMER = UnitDeclaration("customer_id", 50, "replace")
 
 

@@ -107,7 +107,7 @@ def test_preview_runs_no_job_charges_nothing_and_is_the_release_plan(spark, fram
     method, args, kwargs = CASES[case]
     dp = _session(tmp_path)
     # some budget already spent, by a release of the same privacy unit (charged directly: no Spark needed)
-    unit = UnitDeclaration("u" if ("m2" in case or "m3" in case) else "row", 3 if "m3" in case else 2 if "m2" in case
+    unit = UnitDeclaration("u" if ("m2" in case or "m3" in case) else None, 3 if "m3" in case else 2 if "m2" in case
                            else 1, "replace" if "replace" in case else "add_remove")
     dp.ledger.charge(release_id="earlier", dataset_id="ds", request_sha256="0" * 64, events=[GaussianEvent(3.0)],
                      budget=Budget(0.5, 1e-7), limit=dp.limit, unit=unit)

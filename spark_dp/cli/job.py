@@ -31,7 +31,7 @@ def plan_events(config: JobConfig) -> list:
 
 def config_unit(config: JobConfig) -> UnitDeclaration:
     """The privacy unit the job's release will protect (checked against the ledger before Spark starts)."""
-    return unit_of({"neighbors": config.privacy.neighbors, "privacy_unit": config.dataset.privacy_unit,
+    return unit_of({"neighbors": config.privacy.neighbors, "privacy_unit_column": config.dataset.privacy_unit,
                     "max_rows_per_unit": config.dataset.max_rows_per_unit})
 
 

@@ -142,8 +142,9 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     print(f"{'dataset':<32} {'releases':>8} {'eps spent':>10} {'eps limit':>10} {'eps left':>10} {'delta':>10}  "
           f"{'privacy unit':<16} {'m':>4}  neighbours")
     for s in rows:
-        # The privacy unit is fixed by the dataset's first release; '-' until then.
-        unit, m, rel = (s.unit.unit, str(s.unit.max_per_unit), s.unit.neighbors) if s.unit else ("-", "-", "-")
+        # The privacy unit is fixed by the dataset's first release; '-' until then. Its stored form: row,
+        # tensor_entry or column:<name> (a column may be named row).
+        unit, m, rel = (s.unit.stored, str(s.unit.max_per_unit), s.unit.neighbors) if s.unit else ("-", "-", "-")
         print(f"{s.dataset_id:<32} {s.releases:>8} {s.spent_epsilon:>10.4f} {s.limit.epsilon:>10.4g} "
               f"{s.remaining_epsilon:>10.4f} {s.limit.delta:>10.3g}  {unit:<16} {m:>4}  {rel}")
     lifetimes = ([lt] if (lt := ledger.lifetime_status(args.dataset)) else []) if args.dataset else \

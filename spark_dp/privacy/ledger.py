@@ -23,12 +23,17 @@ Guarantees, relied on by the chokepoint:
   charge stands without a release.
 
 * **One privacy unit per dataset.** The first charge on a dataset fixes its
-  privacy unit (a column, ``row``, or ``tensor_entry``), per-unit bound m and
-  neighbour relation (:class:`UnitDeclaration`); a later charge or dry run
-  whose release protects a different unit or relation is refused before any
-  Spark work (:meth:`UnitDeclaration.covers` says exactly which releases are
-  accepted and why). Ledgers of schema 1 gain the three columns on first open;
-  their datasets are declared by their next charge.
+  privacy unit (a column, or none: each row, or each entry of an explicit
+  tensor, is a unit), per-unit bound m and neighbour relation
+  (:class:`UnitDeclaration`); a later charge or dry run whose release
+  protects a different unit or relation is refused before any Spark work
+  (:meth:`UnitDeclaration.covers` says exactly which releases are accepted
+  and why). Ledgers of schema 1 gain the three columns on first open; their
+  datasets are declared by their next charge. ``datasets.privacy_unit``
+  stores ``row`` (no unit column, row level), ``tensor_entry`` (no unit
+  column, an explicit tensor) or ``column:<name>`` (the unit column
+  ``<name>``): no column name stores as ``row``, so a column named ``row``
+  is a unit column, never row level (:meth:`UnitDeclaration.stored`).
 * **One privacy unit per lifetime group.** The periods ``<base>@<period>``
   of a dataset (and ``<base>`` itself) are composed under one lifetime cap,
   so the group carries one declaration too (``lifetime_units``: the unit and
@@ -60,12 +65,16 @@ Guarantees, relied on by the chokepoint:
 
 Schema 3 adds ``lifetime_limits``, ``crashes``, ``charges.lifetime_epsilon``
 and ``limit_changes.scope``; schema 4 adds ``charges.input``, the release's
-input lineage (:mod:`spark_dp.release.lineage`) as JSON; schema 5 adds
-``lifetime_units`` (filled from the groups' periods where they agree) and
-the ledger's lineage key (``meta.lineage_key``: 32 bytes from the OS, the
-HMAC key of the input lineage's file digests). Ledgers of an
-earlier schema are migrated in place on first open (their rows keep working;
-their charges have no recorded lifetime ε or lineage: null).
+input lineage (:mod:`spark_dp.release.lineage`) as JSON; schema 5 stores
+a unit column as ``column:<name>`` (earlier schemas stored its bare name, so
+a column named ``row`` read as row level): the migration prefixes every
+stored unit other than ``row`` and ``tensor_entry``, which keep reading as
+row level and tensor entries; it also adds ``lifetime_units`` (filled from the
+groups' periods where they agree, after the prefixing) and the ledger's
+lineage key (``meta.lineage_key``: 32 bytes from the OS, the HMAC key of the
+input lineage's file digests). Ledgers of an earlier schema are migrated in
+place on first open (their rows keep working; their charges have no recorded
+lifetime ε or lineage: null).
 
 Composition of a dataset's charges is exact for Gaussian events and uses
 PLD otherwise (:mod:`spark_dp.privacy.accountant`); ε is reported at the
@@ -92,14 +101,16 @@ from spark_dp.privacy.events import Event, events_from_json, events_to_json
 SCHEMA_VERSION = 5
 # Schema 2 adds the dataset's privacy unit (issue #12); schema 3 the lifetime
 # caps over renewing periods and the crash records, schema 4 the input lineage
-# of each charge (issue #16). Older ledgers are migrated in place on first
-# open, one step at a time (existing rows keep working).
+# of each charge (issue #16), schema 5 the stored form ``column:<name>`` of a
+# unit column. Older ledgers are migrated in place on first open, one step at
+# a time (existing rows keep working).
 _UNIT_COLUMNS = (("privacy_unit", "TEXT"), ("max_per_unit", "INTEGER"), ("neighbors", "TEXT"))
 _SCHEMA_3_COLUMNS = (("charges", "lifetime_epsilon", "DOUBLE PRECISION"), ("limit_changes", "scope", "TEXT"))
 _SCHEMA_4_COLUMNS = (("charges", "input", "TEXT"),)
 # Schema 5: one declaration per lifetime group (``lifetime_units``) and the lineage key (``meta``).
 LINEAGE_KEY = "lineage_key"
 PERIOD_SEPARATOR = "@"
+_COLUMN_PREFIX = "column:"  # the stored form of a unit column (schema 5): column:<name>
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -187,15 +198,40 @@ def _limit_mismatch(dataset_id: str, stored: Budget, limit: Budget) -> ConfigErr
 class UnitDeclaration:
     """What one release protects: its privacy unit, per-unit bound m and neighbour relation.
 
-    ``unit`` is the ``privacy_unit`` column, ``row`` (no unit column: each
-    row is a unit), or ``tensor_entry`` (an explicit tensor, Wang &
-    Anandkumar's Def. 4.2). ``neighbors`` is ``add_remove``, ``replace`` or
+    ``unit`` is the ``privacy_unit`` column's name, or None when there is no
+    unit column: each row is a unit, or, with ``neighbors="tensor_entry"``,
+    each entry of an explicit tensor (Wang & Anandkumar's Def. 4.2). None is
+    no column name, so a column named ``row`` or ``tensor_entry`` is a unit
+    column like any other. ``neighbors`` is ``add_remove``, ``replace`` or
     ``tensor_entry``.
     """
 
-    unit: str
+    unit: str | None
     max_per_unit: int
     neighbors: str
+
+    @property
+    def label(self) -> str:
+        """For people: the column's name, or ``row`` / ``tensor_entry`` when there is no unit column."""
+        if self.unit is not None:
+            return self.unit
+        return "tensor_entry" if self.neighbors == "tensor_entry" else "row"
+
+    @property
+    def stored(self) -> str:
+        """The ledger's form: ``row``, ``tensor_entry`` or ``column:<name>`` (no column name stores as the others)."""
+        return self.label if self.unit is None else _COLUMN_PREFIX + self.unit
+
+    @classmethod
+    def from_stored(cls, stored: str, max_per_unit: int, neighbors: str) -> UnitDeclaration:
+        """The declaration of a ledger row (:attr:`stored`; ``row`` and ``tensor_entry``: no unit column)."""
+        stored = str(stored)
+        if stored.startswith(_COLUMN_PREFIX):
+            return cls(stored[len(_COLUMN_PREFIX):], int(max_per_unit), str(neighbors))
+        if stored in ("row", "tensor_entry"):
+            return cls(None, int(max_per_unit), str(neighbors))
+        raise LedgerError(f"ledger row has privacy unit {stored!r}, which is not a stored unit form "
+                          "('row', 'tensor_entry' or 'column:<name>'); was the ledger written by another program?")
 
     def covers(self, release: UnitDeclaration) -> bool:
         """Whether a release with ``release``'s unit composes with this dataset's declared one.
@@ -223,10 +259,13 @@ class UnitDeclaration:
         return self.unit == release.unit and self.neighbors == release.neighbors
 
     def describe(self) -> str:
-        return f"unit {self.unit!r}, at most {self.max_per_unit} rows per unit, neighbours {self.neighbors!r}"
+        what = f"unit column {self.unit!r}" if self.unit is not None else f"unit {self.label!r} (no unit column)"
+        return f"{what}, at most {self.max_per_unit} rows per unit, neighbours {self.neighbors!r}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"privacy_unit": self.unit, "max_per_unit": self.max_per_unit, "neighbors": self.neighbors}
+        """``privacy_unit`` (:attr:`label`), ``privacy_unit_column`` (the column or None), m and neighbours."""
+        return {"privacy_unit": self.label, "privacy_unit_column": self.unit, "max_per_unit": self.max_per_unit,
+                "neighbors": self.neighbors}
 
 
 def _unit_mismatch(dataset_id: str, declared: UnitDeclaration, release: UnitDeclaration) -> ConfigError:
@@ -242,7 +281,7 @@ def _group_unit_mismatch(dataset_id: str, base: str, declared_by: str, group: Un
                          release: UnitDeclaration) -> ConfigError:
     return ConfigError(
         f"Dataset {dataset_id!r} is a period of {base!r}, whose lifetime group was declared by {declared_by!r} "
-        f"with unit {group.unit!r}, neighbours {group.neighbors!r}; this release has unit {release.unit!r}, "
+        f"with unit {group.label!r}, neighbours {group.neighbors!r}; this release has unit {release.label!r}, "
         f"neighbours {release.neighbors!r}. The lifetime cap composes every period as one relation: use the "
         f"group's privacy unit and neighbours, or a dataset id outside {base!r}'s group (with its own budget) "
         "for the other unit."
@@ -259,7 +298,7 @@ class UnitConflict:
 
     def describe(self) -> str:
         return f"lifetime group {self.group!r} mixes " + "; ".join(
-            f"{ds!r} (unit {d.unit!r}, neighbours {d.neighbors!r})" for ds, d in self.periods)
+            f"{ds!r} (unit {d.label!r}, neighbours {d.neighbors!r})" for ds, d in self.periods)
 
 
 def _conflicts_message(path: str, conflicts: Sequence[UnitConflict]) -> str:
@@ -385,7 +424,8 @@ class Ledger:
                 for table, name, sqltype in _SCHEMA_3_COLUMNS + _SCHEMA_4_COLUMNS:
                     if name not in self._columns(con, table):
                         con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sqltype}")
-                if int(row[0]) < 5:  # schema 4 → 5: the lifetime groups' declarations (the key: below)
+                if int(row[0]) < 5:  # schema 4 → 5: a unit column is stored as column:<name>, then
+                    self._prefix_unit_columns(con)  # the lifetime groups' declarations (the key: below)
                     self._declare_agreeing_groups(con)
                 con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
             key = con.execute("SELECT value FROM meta WHERE key = ?", (LINEAGE_KEY,)).fetchone()
@@ -423,7 +463,7 @@ class Ledger:
         out: dict[str, list[tuple[Any, str, UnitDeclaration]]] = {}
         for ds, unit, m, neighbors, first in rows:
             out.setdefault(lifetime_dataset(str(ds)), []).append(
-                (first is None, first or 0, str(ds), UnitDeclaration(str(unit), int(m or 1), str(neighbors))))
+                (first is None, first or 0, str(ds), UnitDeclaration.from_stored(unit, int(m or 1), str(neighbors))))
         return {g: [(ds, d) for *_, ds, d in sorted(members)] for g, members in out.items()}
 
     @staticmethod
@@ -439,7 +479,7 @@ class Ledger:
         for ds, unit, m, neighbors in con.execute(
                 "SELECT dataset_id, privacy_unit, max_per_unit, neighbors FROM datasets "
                 "WHERE privacy_unit IS NOT NULL").fetchall():
-            group, d = lifetime_dataset(str(ds)), UnitDeclaration(str(unit), int(m or 1), str(neighbors))
+            group, d = lifetime_dataset(str(ds)), UnitDeclaration.from_stored(unit, int(m or 1), str(neighbors))
             if not seen.setdefault(group, d).covers(d):
                 mixed.add(group)
         return mixed
@@ -449,7 +489,7 @@ class Ledger:
         """The group's declaration (its m is not part of it: 1 here) and the dataset that declared it; None: none."""
         row = con.execute("SELECT privacy_unit, neighbors, declared_by FROM lifetime_units WHERE dataset_id = ?",
                           (base,)).fetchone()
-        return None if row is None else (UnitDeclaration(str(row[0]), 1, str(row[1])), str(row[2]))
+        return None if row is None else (UnitDeclaration.from_stored(row[0], 1, str(row[1])), str(row[2]))
 
     def _declare_agreeing_groups(self, con: _Connection) -> None:
         """Migration to schema 5: every group whose declared periods agree is declared by its first one.
@@ -462,7 +502,7 @@ class Ledger:
             if not self._mixed(members) and self._group_unit(con, base) is None:
                 ds, d = members[0]
                 con.execute("INSERT INTO lifetime_units VALUES (?, ?, ?, ?, ?)",
-                            (base, d.unit, d.neighbors, ds, _now()))
+                            (base, d.stored, d.neighbors, ds, _now()))
 
     def _unit_conflicts(self, con: _Connection) -> list[UnitConflict]:
         out = []
@@ -499,9 +539,9 @@ class Ledger:
             group = self._group_unit(con, base)
             if group is not None:
                 raise LedgerError(f"The lifetime group {base!r} has a declared unit already (by {group[1]!r}, "
-                                  f"unit {group[0].unit!r}, neighbours {group[0].neighbors!r}).")
+                                  f"unit {group[0].label!r}, neighbours {group[0].neighbors!r}).")
             con.execute("INSERT INTO lifetime_units VALUES (?, ?, ?, ?, ?)",
-                        (base, declared.unit, declared.neighbors, dataset_id, _now()))
+                        (base, declared.stored, declared.neighbors, dataset_id, _now()))
 
     def _check_group_unit(self, con: _Connection, dataset_id: str, unit: UnitDeclaration | None) -> bool:
         """Raises if ``unit`` is not the declaration of ``dataset_id``'s lifetime group; True if the group has none.
@@ -526,6 +566,19 @@ class Ledger:
     def _columns(self, con: _Connection, table: str) -> set[str]:
         """The column names of ``table``."""
         raise NotImplementedError
+
+    def _prefix_unit_columns(self, con: _Connection) -> None:
+        """Migration to schema 5: every stored unit but ``row`` and ``tensor_entry`` was a bare column name.
+
+        Those two keep their meaning (no unit column): a dataset whose unit
+        column was named ``row`` before schema 5 cannot be told from a
+        row-level one and stays row level. Every table holding a
+        ``privacy_unit`` declaration is migrated.
+        """
+        for table in ("datasets", "lifetime_units"):
+            if "privacy_unit" in self._columns(con, table):
+                con.execute(f"UPDATE {table} SET privacy_unit = '{_COLUMN_PREFIX}' || privacy_unit "
+                            "WHERE privacy_unit IS NOT NULL AND privacy_unit NOT IN ('row', 'tensor_entry')")
 
     # -- connections (backend) -------------------------------------------
     def _connect(self) -> _Connection:
@@ -723,7 +776,7 @@ class Ledger:
         ).fetchone()
         if row is None or row[0] is None:
             return None
-        return UnitDeclaration(str(row[0]), int(row[1]), str(row[2]))
+        return UnitDeclaration.from_stored(str(row[0]), int(row[1]), str(row[2]))
 
     def _check_unit(self, con: _Connection, dataset_id: str, unit: UnitDeclaration | None) -> UnitDeclaration | None:
         """The dataset's declared unit (None before its first release); raises if it does not cover ``unit``."""
@@ -855,11 +908,11 @@ class Ledger:
             if unit is not None and declared is None:  # the dataset's first release declares its unit
                 con.execute(
                     "UPDATE datasets SET privacy_unit = ?, max_per_unit = ?, neighbors = ? WHERE dataset_id = ?",
-                    (unit.unit, unit.max_per_unit, unit.neighbors, dataset_id),
+                    (unit.stored, unit.max_per_unit, unit.neighbors, dataset_id),
                 )
             if unit is not None and group_undeclared:  # ... and the first of its lifetime group the group's
                 con.execute("INSERT INTO lifetime_units VALUES (?, ?, ?, ?, ?)",
-                            (lifetime_dataset(dataset_id), unit.unit, unit.neighbors, dataset_id, _now()))
+                            (lifetime_dataset(dataset_id), unit.stored, unit.neighbors, dataset_id, _now()))
             created = _now()
             seq = con.execute(
                 "INSERT INTO charges (release_id, dataset_id, request_sha256, events, epsilon, delta, created_at, "
@@ -924,7 +977,9 @@ class Ledger:
         return json.dumps([
             {"dataset_id": s.dataset_id, "epsilon_limit": s.limit.epsilon, "delta_limit": s.limit.delta,
              "epsilon_spent": s.spent_epsilon, "epsilon_remaining": s.remaining_epsilon, "releases": s.releases,
-             "privacy_unit": s.unit.unit if s.unit else None, "max_per_unit": s.unit.max_per_unit if s.unit else None,
+             "privacy_unit": s.unit.label if s.unit else None,
+             "privacy_unit_column": s.unit.unit if s.unit else None,
+             "max_per_unit": s.unit.max_per_unit if s.unit else None,
              "neighbors": s.unit.neighbors if s.unit else None, **lifetime(s.dataset_id)}
             for s in self.status(dataset_id)
         ], indent=2)

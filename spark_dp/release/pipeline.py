@@ -177,15 +177,21 @@ def confidence_of(request: Mapping[str, Any]) -> float:
 def unit_of(privacy: Mapping[str, Any]) -> UnitDeclaration:
     """The privacy unit a release protects, from its manifest ``privacy`` fields.
 
-    Every family records ``neighbors``, ``privacy_unit`` (rows) and the
-    per-unit bound (``max_rows_per_unit`` or the sketches' ``max_items_per_unit``).
+    Every family records ``neighbors``, the per-unit bound
+    (``max_rows_per_unit`` or the sketches' ``max_items_per_unit``) and, for
+    rows, ``privacy_unit_column``: the unit column's name, or None when each
+    row is a unit. ``privacy_unit`` (the column's name, or ``row``) is for
+    people only: a column may be named ``row``. Explicit tensors record
+    neither (``tensor_entry`` neighbours: each entry is a unit).
     """
     if "neighbors" not in privacy:
         raise RuntimeError("bug: a release's privacy fields must state its neighbour relation")
+    if "privacy_unit" in privacy and "privacy_unit_column" not in privacy:
+        raise RuntimeError("bug: a release with a privacy_unit must record privacy_unit_column (None: row level)")
     neighbors = str(privacy["neighbors"])
-    unit = privacy.get("privacy_unit") or ("tensor_entry" if neighbors == "tensor_entry" else "row")
+    column = privacy.get("privacy_unit_column")
     m = privacy.get("max_rows_per_unit", privacy.get("max_items_per_unit")) or 1
-    return UnitDeclaration(str(unit), int(m), neighbors)
+    return UnitDeclaration(None if column is None else str(column), int(m), neighbors)
 
 
 def run_release(session: DPSession, plan: ReleasePlan) -> Release:

@@ -198,9 +198,11 @@ def _release(
                                           "bounded: no row norm exceeds sqrt(d))"} if vec.fully_bounded else {}),
             "selected_quantile": chosen_q, "norm_bound": norm_bound, **stated}}, noised.uncertainty)
 
-    privacy = {**plan.privacy, "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit}
+    privacy = {**plan.privacy, "privacy_unit": privacy_unit or "row",
+               "privacy_unit_column": privacy_unit, "max_rows_per_unit": max_rows_per_unit}
     if vec.quantile is not None:
         privacy = {**auto_privacy(plan_for, request["epsilon"], vec), "privacy_unit": privacy_unit or "row",
+                   "privacy_unit_column": privacy_unit,
                    "max_rows_per_unit": max_rows_per_unit}
     if vec.clipping is not None or vec.auto_bounds is not None:  # the budget split, stated
         privacy = {**privacy, "epsilon": request["epsilon"], "mechanism_epsilon": mechanism_budget(vec, request["epsilon"]),

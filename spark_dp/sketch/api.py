@@ -606,7 +606,8 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         "noise": plan.noise, "noise_family": plan.noise, "noise_scale": plan.scale,
         **({"noise_sigma": plan.scale} if plan.noise == "gaussian" else {}),
         "calibration": "exact (Balle & Wang 2018)" if plan.noise == "gaussian" else "Laplace b = sensitivity/epsilon",
-        "privacy_unit": r.privacy_unit or "row", "max_rows_per_unit": r.max_items_per_unit,
+        "privacy_unit": r.privacy_unit or "row", "privacy_unit_column": r.privacy_unit,  # None: each row is a unit
+        "max_rows_per_unit": r.max_items_per_unit,
         "max_items_per_unit": r.max_items_per_unit,  # deprecated duplicate of max_rows_per_unit (manifest schema 1)
         "unit_clipping": r.unit_clipping, "unit_l2_bound": r.C, "levels": r.levels,
     }
