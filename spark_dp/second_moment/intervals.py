@@ -237,8 +237,7 @@ BIAS_METHOD = ("; after the ridge r = {ridge:.6g} each term's interval is that o
                "release (x_0 = (X^T X + r I)^-1 X^T y, x_j+1 = (X^T X + r I)^-1 (X^T y + r x_j); Engl, Hanke & "
                "Neubauer 1996, ch. 5), k in {grid} chosen per term for the narrowest interval (k = {chosen}), widened "
                "on each side by a bound on its bias: |bias| <= ||L_j|| (r/(lambda_lo + r))^(k+1) sqrt(Y/lambda_lo), "
-               "with lambda_lo = {floor:.6g} the algorithm's own private lower bound on the smallest eigenvalue of "
-               "X^T X, Y = {energy:.6g} >= ||y||^2 >= ||X beta||^2 (the label's public bound times an upper bound "
+               "with lambda_lo = {floor:.6g} {floor_how}, Y = {energy:.6g} >= ||y||^2 >= ||X beta||^2 (the label's public bound times an upper bound "
                "on n) and L_j the public map to the data's units: conservative (kind bound)")
 
 
@@ -264,8 +263,10 @@ def bias_bounded_bootstrap(
     level: float = 0.95,
     draws: int = 2000,
     rng: np.random.Generator | None = None,
+    s2: float = 0.0,
+    floor_how: str = "AdaSSP's own private lower bound on the smallest eigenvalue of X^T X",
 ) -> BootstrapIntervals:
-    """Noise-only intervals (data units) for a fit with a ridge r > 0 whose bias is bounded, not estimated.
+    """Intervals (data units) for a fit with a ridge r > 0 whose bias is bounded, not estimated.
 
     The ridge fit β̂ = (XᵀX̂ + rI)⁻¹Xᵀy shrinks the truth β (the
     non-private OLS fit of the same rows) by r(XᵀX + rI)⁻¹β, which the
@@ -302,6 +303,9 @@ def bias_bounded_bootstrap(
         level: the nominal level of the bootstrap part.
         draws: bootstrap replicates.
         rng: a generator (post-processing draws).
+        s2: the residual variance estimate σ̂² of the sampling term (0: noise only, ``covers="noise"``);
+            with it each draw's Xᵀy* also gets N(0, σ̂²XᵀX̂) as in :func:`regression_bootstrap`.
+        floor_how: where λ_lo comes from (the method string).
     """
     if not (ridge > 0 and lambda_floor > 0 and math.isfinite(label_energy)):
         raise ValueError("bug: bias_bounded_bootstrap needs r > 0, lambda_floor > 0 and a finite label energy")
@@ -318,6 +322,8 @@ def bias_bounded_bootstrap(
     # (1 - (r/mu)^(k+1))/(mu - r), evaluated once per draw instead of k solves.
     mu_star, v_star = np.linalg.eigh(xtx_pd + _symmetric_noise(rng, draws, p, sigma) + ridge * eye)
     e_star = rng.normal(0.0, sigma_xy, size=(draws, p))
+    if s2 > 0:
+        e_star = e_star + math.sqrt(s2) * rng.standard_normal((draws, p)) @ np.linalg.cholesky(xtx_pd).T
     mu_rel, v_rel = np.linalg.eigh(0.5 * (xtx + xtx.T) + ridge * eye)
     zero = scaling.coefficients(np.zeros(p), label_at)
     lin = np.stack([scaling.coefficients(eye[j], label_at) - zero for j in range(p)], axis=1)  # L: data = L b + c
@@ -343,9 +349,35 @@ def bias_bounded_bootstrap(
         chosen = np.where(better, k, chosen)
     method = METHOD.format(draws=draws) + BIAS_METHOD.format(
         ridge=ridge, grid="{" + ", ".join(map(str, STEPS_GRID)) + "}", chosen=", ".join(map(str, chosen)),
-        floor=lambda_floor, energy=label_energy)
+        floor=lambda_floor, energy=label_energy, floor_how=floor_how)
     return BootstrapIntervals(estimate=scaling.coefficients(beta, label_at), low=low, high=high, stderr=stderr,
-                              covers="noise", method=method)
+                              covers="noise+sampling" if s2 > 0 else "noise", method=method)
+
+
+def label_energy(scaling: Scaling, constant_entry: float, sigma: float) -> float | None:
+    """Y ≥ ‖y‖² (vector units) from the released constant diagonal n·v² + noise, or None without a constant column.
+
+    n ≤ (entry + 5σ)/v² (5 noise sds: fails with probability 3·10⁻⁷); the label is at most 1 in the vector with a
+    bound (it maps to [−1, 1]) and at most the norm bound B = v·√size without one (rows clipped to ‖a‖ ≤ B).
+    """
+    k = scaling.constant_at
+    if k is None:
+        return None
+    v = scaling.constant_value
+    n_up = max(constant_entry + 5.0 * sigma, 0.0) / v**2
+    label_bounded = scaling.bounds[-1] is not None
+    return n_up * (1.0 if label_bounded else v**2 * scaling.size)
+
+
+def gaussian_lambda_floor(xtx: np.ndarray, sigma: float, alpha: float = 1e-3) -> float:
+    """A lower bound on λ_min(XᵀX) from XᵀX̂ = XᵀX + N (N symmetric N(0, σ²) entries), failing with prob. ≤ α.
+
+    Weyl: λ_min(XᵀX) ≥ λ_min(XᵀX̂) − ‖N‖₂, and ‖N‖₂ ≤ 2σ√p + 2σ√ln(2/α) with probability ≥ 1 − α (the Gaussian
+    spectral bound of :func:`spark_dp.second_moment.uncertainty.spectral_error`).
+    """
+    p = xtx.shape[0]
+    noise = 2.0 * sigma * math.sqrt(p) + 2.0 * sigma * math.sqrt(math.log(2.0 / alpha))
+    return float(np.linalg.eigvalsh(0.5 * (xtx + xtx.T))[0]) - noise
 
 
 # -- every mechanism: the release's own noise law (Wishart, JL, inverse-Wishart, Analyze Gauss with psd, fits
@@ -592,6 +624,25 @@ def regression_intervals(
 
     through_origin = not fit_intercept and scaling.constant_at is not None
     post = params.get("postprocess", "none")
+    k = scaling.constant_at
+
+    def parts(p: int) -> dict[str, np.ndarray]:
+        return ({"coefficients": np.arange(p)} if not fit_intercept or k is None else
+                {"coefficients": np.delete(np.arange(p), k), "intercept": np.array([k])})
+
+    part = parts(released.shape[0] - 1)
+    shift = 2.0 * float(privacy["noise_sigma"]) * math.sqrt(released.shape[0]) if (
+        mechanism == "analyze_gauss" and post == "shift") else 0.0
+    if mechanism == "analyze_gauss" and post in ("none", "shift") and not through_origin and shift + ridge > 0:
+        got = _ridge_bias_bounded(released, beta, sigma=float(privacy["noise_sigma"]), shift=shift, ridge=ridge,
+                                  scaling=scaling, label_at=label_at, level=level, draws=draws, rng=rng)
+        if isinstance(got, str):
+            from spark_dp.second_moment.uncertainty import no_interval
+
+            return {name: no_interval(idx.shape, got, covers="noise+sampling" if k is not None else "noise")
+                    for name, idx in part.items()}
+        return {name: Uncertainty(low=got.low[idx], high=got.high[idx], stderr=got.stderr[idx], method=got.method,
+                                  kind="bound", covers=got.covers) for name, idx in part.items()}
     if mechanism == "analyze_gauss" and post in ("none", "shift") and not through_origin:
         sigma = float(privacy["noise_sigma"])
         got = regression_bootstrap(released, beta, sigma=sigma, scaling=scaling, label_at=label_at,
@@ -601,14 +652,51 @@ def regression_intervals(
         law = NoiseLaw.of(mechanism, privacy, params, norm_bound, released.shape[0])
         got = mechanism_bootstrap(released, law=law, scaling=scaling, label_at=label_at, through_origin=through_origin,
                                   ridge=ridge, level=level, draws=draws, rng=rng)
-    k = scaling.constant_at
     method = got.method + "; approximate, measured coverage (docs/accuracy.md): " + _measured(
         mechanism, post, through_origin, raw=k is None)
-    p = got.estimate.size
-    part = ({"coefficients": np.arange(p)} if not fit_intercept or k is None else
-            {"coefficients": np.delete(np.arange(p), k), "intercept": np.array([k])})
+    part = parts(got.estimate.size)
     return {name: Uncertainty(low=got.low[idx], high=got.high[idx], stderr=got.stderr[idx], method=method,
                               covers=got.covers) for name, idx in part.items()}
+
+
+REFUSED_RIDGE = ("no interval: the ridge r = {r:.6g} (the shift c I{user}) biases the fit by an amount that depends on "
+                 "the unknown coefficients, and {why}, so no interval can be shown to hold; use more rows, a larger "
+                 "epsilon, fewer or less correlated columns, or postprocess none, or the released coefficients as a "
+                 "point estimate only")
+
+
+def _ridge_bias_bounded(released: np.ndarray, beta: np.ndarray, *, sigma: float, shift: float, ridge: float,
+                        scaling: Scaling, label_at: int, level: float, draws: int,
+                        rng: np.random.Generator | None) -> BootstrapIntervals | str:
+    """Analyze Gauss after a ridge (``shift`` and/or ``ridge``): :func:`bias_bounded_bootstrap` with the sampling
+    term, λ_lo from the release (:func:`gaussian_lambda_floor`); the refusal's reason (a str) where it cannot.
+    """
+    r = shift + ridge
+    user = " plus the ridge" if ridge and shift else ""
+    m = 0.5 * (released + released.T) - shift * np.eye(released.shape[0])
+    feats = [i for i in range(m.shape[0]) if i != label_at]
+    xtx, xty, yy = m[np.ix_(feats, feats)], m[feats, label_at], m[label_at, label_at]
+    k = scaling.constant_at
+    energy = None if k is None else label_energy(scaling, float(m[k, k]), sigma)
+    if energy is None:
+        return REFUSED_RIDGE.format(r=r, user=user, why="without the constant column the release bounds no row count")
+    floor = gaussian_lambda_floor(xtx, sigma)
+    if floor <= 0:
+        return REFUSED_RIDGE.format(r=r, user=user, why=(
+            "the released X^T X minus a high-probability bound on its noise has no positive smallest eigenvalue "
+            "(the design is too close to collinear, or n too small, for the noise at this epsilon)"))
+    vals = np.linalg.eigvalsh(xtx)
+    xtx_pd_floor = max(sigma, 1e-12 * max(abs(vals[-1]), 1.0))
+    xtx_pd = (lambda w, v: (v * np.maximum(w, xtx_pd_floor)) @ v.T)(*np.linalg.eigh(xtx))
+    n_hat = m[k, k] / scaling.constant_value**2
+    dof = n_hat - len(feats)
+    resid = yy - 2.0 * beta @ xty + beta @ xtx_pd @ beta
+    s2 = max(resid, 0.0) / dof if dof > 1 else 0.0
+    return bias_bounded_bootstrap(m, beta, sigma=sigma, sigma_xy=sigma, scaling=scaling, label_at=label_at, ridge=r,
+                                  lambda_floor=floor, label_energy=energy, level=level, draws=draws, rng=rng,
+                                  s2=s2, floor_how=("the smallest eigenvalue of the released X^T X minus a bound on "
+                                                    "its Gaussian noise's spectral norm holding with probability "
+                                                    "0.999 (Weyl)"))
 
 
 def _measured(mechanism: str, post: str, through_origin: bool, *, raw: bool) -> str:
