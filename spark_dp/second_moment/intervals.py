@@ -634,13 +634,17 @@ def regression_intervals(
     shift = 2.0 * float(privacy["noise_sigma"]) * math.sqrt(released.shape[0]) if (
         mechanism == "analyze_gauss" and post == "shift") else 0.0
     if mechanism == "analyze_gauss" and post in ("none", "shift") and not through_origin and shift + ridge > 0:
-        got = _ridge_bias_bounded(released, beta, sigma=float(privacy["noise_sigma"]), shift=shift, ridge=ridge,
+        sigma = float(privacy["noise_sigma"])
+        got = _ridge_bias_bounded(released, beta, sigma=sigma, shift=shift, ridge=ridge,
                                   scaling=scaling, label_at=label_at, level=level, draws=draws, rng=rng)
-        if isinstance(got, str):
-            from spark_dp.second_moment.uncertainty import no_interval
-
-            return {name: no_interval(idx.shape, got, covers="noise+sampling" if k is not None else "noise")
-                    for name, idx in part.items()}
+        if isinstance(got, str):  # the ridge's bias cannot be bounded: the unregularised fit's interval instead
+            got = unregularised_bootstrap(released - shift * np.eye(released.shape[0]), sigma=sigma,
+                                          sigma_xy=sigma, scaling=scaling, label_at=label_at, level=level,
+                                          draws=draws, rng=rng, sampling=True, reason=got)
+            method = got.method + "; approximate, measured coverage (docs/accuracy.md): " + _measured(
+                mechanism, "none", through_origin, raw=k is None)
+            return {name: Uncertainty(low=got.low[idx], high=got.high[idx], stderr=got.stderr[idx], method=method,
+                                      covers=got.covers) for name, idx in part.items()}
         return {name: Uncertainty(low=got.low[idx], high=got.high[idx], stderr=got.stderr[idx], method=got.method,
                                   kind="bound", covers=got.covers) for name, idx in part.items()}
     if mechanism == "analyze_gauss" and post in ("none", "shift") and not through_origin:
@@ -657,6 +661,26 @@ def regression_intervals(
     part = parts(got.estimate.size)
     return {name: Uncertainty(low=got.low[idx], high=got.high[idx], stderr=got.stderr[idx], method=method,
                               covers=got.covers) for name, idx in part.items()}
+
+
+UNREGULARISED = ("; {reason}: the interval is instead that of the unregularised fit (X^T X)^-1 X^T y of the same "
+                 "release (the same truth; the released ridge coefficients may lie outside it)")
+
+
+def unregularised_bootstrap(matrix: np.ndarray, *, sigma: float, sigma_xy: float, scaling: Scaling, label_at: int,
+                            level: float, draws: int, rng: np.random.Generator | None, sampling: bool,
+                            reason: str) -> BootstrapIntervals:
+    """The interval of the unregularised fit of the release (``matrix``: the release minus any shift), which has no
+    ridge bias, for a release whose ridge's bias cannot be bounded; ``reason`` says why (the method string).
+    """
+    m = 0.5 * (matrix + matrix.T)
+    feats = [i for i in range(m.shape[0]) if i != label_at]
+    fit = _solve(m[np.ix_(feats, feats)], m[feats, label_at])
+    got = regression_bootstrap(m, fit, sigma=sigma, sigma_xy=sigma_xy, scaling=scaling, label_at=label_at,
+                               level=level, draws=draws, rng=rng, sampling=sampling, steps=0)
+    why = reason.removeprefix("no interval: ").split(", so no interval")[0].split("; use more rows")[0]
+    return BootstrapIntervals(got.estimate, got.low, got.high, got.stderr, got.covers,
+                              got.method + UNREGULARISED.format(reason=why))
 
 
 REFUSED_RIDGE = ("no interval: the ridge r = {r:.6g} (the shift c I{user}) biases the fit by an amount that depends on "
