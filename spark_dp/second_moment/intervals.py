@@ -742,9 +742,6 @@ def _measured(mechanism: str, post: str, through_origin: bool, *, raw: bool) -> 
         return ("not measured for this form: one pilot round of bias correction of the ridge fit (the "
                 "iterated-Tikhonov centring is applied with an intercept only), which under-covers where the "
                 "ridge bias is large (0.91-0.94 with an intercept, worked example in docs/accuracy.md)")
-    if post == "shift":
-        return ("0.935-0.965 (the intercept 0.978 at n = 2,000, eps = 0.5); 0.85-1.00 per term on the worked "
-                "example's table and three more of its kind, conservative where the noise dominates")
     if post == "psd":
         return "0.92-0.97 (0.92 at n = 20,000, eps = 0.5)"
     return "0.935-0.98 (the intercept 0.978 at n = 2,000, eps = 0.5)"
