@@ -46,6 +46,17 @@ conservative (0.98–1.00); in the synthetic harness coefficients
 0.935–0.965, the intercept 0.943–0.978 (0.91–0.94 before); AdaSSP with
 λ > 0 (n = 2,000) 0.979 and 0.998 (0.921 and 0.925 before).
 
+Since 2026-12-04 the releases no longer use that 2-step interval after a
+ridge (:func:`regression_intervals`, :func:`.uncertainty.adassp_uncertainty`):
+on real tables with a near-collinear design it kept most of the ridge's bias
+(the worst term held 42 % after ``shift`` and 12 % for AdaSSP on the
+``diamonds`` table at ε = 1, benchmarks/calibration.py). Instead
+:func:`bias_bounded_bootstrap` — k-step iterated Tikhonov widened by a valid
+bound on its bias, from a public lower bound λ_lo on λ_min(XᵀX) — where
+λ_lo > 0; where it is not, Analyze Gauss gives the interval of the
+unregularised fit of the same release (:func:`unregularised_bootstrap`) and
+AdaSSP refuses (``kind: none``). ``steps`` remains for direct callers.
+
 The draws are mapped to the data's units first (:meth:`Scaling.coefficients`),
 so the intercept's interval accounts for its correlation with the
 coefficients. ``covers="noise+sampling"`` when the release has the constant
