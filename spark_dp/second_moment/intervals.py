@@ -112,18 +112,24 @@ class BootstrapIntervals:
     method: str
 
 
-def robust_stderr(dev: np.ndarray) -> np.ndarray:
-    """The draws' robust standard deviation, IQR / 1.349 (per column): the ``stderr`` of every bootstrap interval.
+def robust_stderr(dev: np.ndarray, level: float) -> np.ndarray:
+    """The ``stderr`` of every bootstrap interval: the draws' IQR / 1.349, at most the interval's half-width ÷ z.
 
     The draws' plain standard deviation is dominated by their tails where
-    XᵀX̂ is near singular (on a collinear table it was up to 500× the
+    XᵀX̂ is near singular (on collinear tables it was up to 1,700× the
     interval's half-width ÷ z); the interquartile range over 1.349 is the
     standard deviation of a normal with the same middle half, so it agrees
     with the interval where the draws are normal and stays below its
-    half-width ÷ z where they are heavy-tailed.
+    half-width ÷ z where they are heavy-tailed. Capped at that half-width
+    ((q_{1−a/2} − q_{a/2}) / 2z of the same draws) where the draws are
+    flatter than normal in the middle (after a ``psd`` projection), so the
+    two never disagree by more than the normal's own ratio.
     """
-    q1, q3 = np.quantile(dev, [0.25, 0.75], axis=0)
-    return (q3 - q1) / (2.0 * 0.6744897501960817)
+    from spark_dp.release.uncertainty import normal_quantile
+
+    a = (1.0 - level) / 2.0
+    q1, q3, lo, hi = np.quantile(dev, [0.25, 0.75, a, 1.0 - a], axis=0)
+    return np.minimum((q3 - q1) / (2.0 * 0.6744897501960817), (hi - lo) / (2.0 * normal_quantile(level)))
 
 
 def _symmetric_noise(rng: np.random.Generator, draws: int, p: int, sigma: float) -> np.ndarray:
@@ -227,7 +233,7 @@ def regression_bootstrap(
     method = METHOD.format(draws=draws) + (ITERATED_METHOD.format(steps=steps, ridge=r, power=steps + 1) if steps else "")
     return BootstrapIntervals(
         estimate=scaling.coefficients(beta, label_at), low=centre - q_high, high=centre - q_low,
-        stderr=robust_stderr(star), covers="noise+sampling" if sampling else "noise", method=method,
+        stderr=robust_stderr(star, level), covers="noise+sampling" if sampling else "noise", method=method,
     )
 
 
@@ -356,7 +362,7 @@ def bias_bounded_bootstrap(
         best = np.where(better, width, best)
         low = np.where(better, centre - q_high - bias, low)
         high = np.where(better, centre - q_low + bias, high)
-        stderr = np.where(better, robust_stderr(dev), stderr)
+        stderr = np.where(better, robust_stderr(dev, level), stderr)
         chosen = np.where(better, k, chosen)
     method = METHOD.format(draws=draws) + BIAS_METHOD.format(
         ridge=ridge, grid="{" + ", ".join(map(str, STEPS_GRID)) + "}", chosen=", ".join(map(str, chosen)),
@@ -612,7 +618,7 @@ def mechanism_bootstrap(
     if offset:
         method += (f"; centred on the fit of the release minus its mean offset {offset:.6g} I (an unbiased estimate of "
                    "A^T A), not on the released coefficients, which that offset shrinks like a ridge")
-    return BootstrapIntervals(estimate=centre, low=centre - q_high, high=centre - q_low, stderr=robust_stderr(dev),
+    return BootstrapIntervals(estimate=centre, low=centre - q_high, high=centre - q_low, stderr=robust_stderr(dev, level),
                               covers="noise+sampling" if sampling else "noise", method=method)
 
 
