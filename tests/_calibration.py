@@ -304,3 +304,23 @@ def cell(name: str, label: str, mechanism: str, postprocess: str, *, epsilon: fl
     return CellResult(name, label, epsilon, m, reps, covers, coverage, refused / reps,
                       np.median(np.array(widths), axis=0) if widths else np.full(p + 1, np.nan),
                       max(ratios) if ratios else math.nan, tuple(sorted(kinds)))
+
+
+def pca_cell(name: str, mechanism: str, *, epsilon: float, reps: int = 100, postprocess: str = "none",
+             seed: int = 0) -> dict:
+    """Coverage of the second-moment entries' intervals and PCA's bounds (k = 2) on a table's bounded columns
+    (features and label), mapped to the data's units: :func:`tests._coverage.second_moment_coverage` on real rows.
+    The truth is the exact second moment of the clamped rows (these intervals cover the noise only)."""
+    from tests._coverage import second_moment_coverage
+
+    x, y, scaling = load(name)
+    t = TABLE[name]
+    cols = list(t.features) + [t.label]
+    bounds = {c: b for c, b in zip(scaling.columns, scaling.bounds, strict=True)}
+    data = np.column_stack([x[:, :-1], y])
+    lo = np.array([bounds[c][0] for c in cols])
+    hi = np.array([bounds[c][1] for c in cols])
+    scaled = np.hstack([(data - (lo + hi) / 2) / ((hi - lo) / 2), np.ones((len(data), 1))])
+    sc = Scaling.of(cols, bounds, constant_at=len(cols))
+    return second_moment_coverage(mechanism, d=len(cols), n=len(data), epsilon=epsilon, reps=reps, seed=seed,
+                                  bounded=True, data=(scaled, sc), postprocess=postprocess)

@@ -41,7 +41,7 @@ def bounded_rows(n: int, d: int, *, seed: int = 0) -> tuple[np.ndarray, Scaling]
 
 def second_moment_coverage(mechanism: str, *, d: int, n: int, epsilon: float, delta: float = 1e-6, reps: int = 200,
                            postprocess: str = "none", level: float = 0.95, seed: int = 0, bounded: bool = False,
-                           **kw) -> dict[str, float]:
+                           data: tuple[np.ndarray, Scaling] | None = None, **kw) -> dict[str, float]:
     """Empirical coverage of the matrix entries' intervals (upper triangle) and of PCA's bounds (k = 2).
 
     ``bounded``: columns with public bounds in the data's units — the
@@ -51,7 +51,8 @@ def second_moment_coverage(mechanism: str, *, d: int, n: int, epsilon: float, de
     """
     transform = t_data = None
     if bounded:
-        x, scaling = bounded_rows(n, d, seed=seed)
+        # data: a real table's scaled rows [(x - c)/h, 1] and their map (tests/_calibration.py), else synthetic
+        x, scaling = data if data is not None else bounded_rows(n, d, seed=seed)
         transform = scaling.transform()
         t_data = np.delete(transform, d, axis=0)
         size, norm_bound = d + 1, float(np.sqrt(d + 1))
