@@ -232,7 +232,7 @@ MECHANISMS = (
 
 
 def cell(name: str, label: str, mechanism: str, postprocess: str, *, epsilon: float, m: int = 1, reps: int = 100,
-         draws: int = 1000, level: float = 0.95, seed: int = 0) -> CellResult:
+         draws: int = 1000, level: float = 0.95, seed: int = 0, ridge: float = 0.0) -> CellResult:
     """Releases ``reps`` regressions of table ``name`` and measures their intervals (module doc)."""
     from spark_dp.second_moment.adassp import adassp, adassp_plan
     from spark_dp.second_moment.intervals import regression_intervals
@@ -280,10 +280,10 @@ def cell(name: str, label: str, mechanism: str, postprocess: str, *, epsilon: fl
             ys = np.clip(x @ ols + resid * rng.choice([-1.0, 1.0], size=n), lo_y, hi_y)
             vec = _scaled(x, ys, t_inv)
             released = plan.noise(vec.T @ vec, cp)
-            fit = regression_coefficients(released, ridge=0.0)[0]
+            fit = regression_coefficients(released, ridge=ridge)[0]
             us = regression_intervals(plan.mechanism, plan.privacy, plan.params, released, fit, scaling=scaling,
                                       label_at=label_at, norm_bound=norm_bound, fit_intercept=True, level=level,
-                                      draws=draws, rng=brng)
+                                      draws=draws, rng=brng, ridge=ridge)
         u_c, u_i = us["coefficients"], us["intercept"]
         kinds.add(u_c.kind)
         if u_c.kind == "none":

@@ -94,3 +94,11 @@ def test_a_refused_interval_prints_no_numbers():
     text = "\n".join(uncertainty_section(rel))
     assert "Refused: no interval: the reason" in text and "| entry |" not in text
     assert u.describe()["kind"] == "none"
+
+
+@pytest.mark.parametrize("label, mechanism, post", [("Wishart", "wishart", "none"), ("JL, psd", "jl_ridge", "psd"),
+                                                    ("Analyze Gauss", "analyze_gauss", "none")])
+def test_a_user_ridge_gets_an_interval_without_its_bias(label, mechanism, post):
+    """A user ridge of 2,000 (scaled units) on randhie: the ridge fit is biased; the interval covers the truth."""
+    got = cell("randhie", label, mechanism, post, epsilon=1.0, reps=20, draws=400, seed=2, ridge=2_000.0)
+    assert got.refused == 0.0 and got.worst >= 0.85, got
