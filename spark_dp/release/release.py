@@ -119,13 +119,22 @@ class Release:
         return self.uncertainty[name]
 
     def interval(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """(low, high) of array ``name`` at the release's level (``confidence``); see :meth:`uncertainty_of`."""
-        u = self.uncertainty_of(name)
+        """(low, high) of array ``name`` at the release's level (``confidence``); see :meth:`uncertainty_of`.
+
+        NoUncertaintyError with the reason when the release refused its interval (kind ``none``).
+        """
+        u = self._stated(name)
         return u.low, u.high
+
+    def _stated(self, name: str) -> Uncertainty:
+        u = self.uncertainty_of(name)
+        if u.kind == "none":
+            raise NoUncertaintyError(f"Array {name!r} of release {self.release_id!r} has no interval: {u.method}")
+        return u
 
     def stderr(self, name: str) -> np.ndarray:
         """The standard error of each entry of array ``name``; NoUncertaintyError if it has none (or a bound)."""
-        u = self.uncertainty_of(name)
+        u = self._stated(name)
         if u.stderr is None:
             raise NoUncertaintyError(f"Array {name!r} of release {self.release_id!r} has a bound ({u.method}), "
                                      "not a standard error; use interval().")

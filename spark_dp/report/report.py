@@ -131,7 +131,7 @@ def _coefficient_sd(release: Release) -> np.ndarray | None:
 
 def _errorbars(release: Release, name: str) -> np.ndarray | None:
     """(2, n) distances below/above each value for matplotlib's yerr, from the released interval (or None)."""
-    if name not in release.uncertainty:
+    if name not in release.uncertainty or release.uncertainty[name].kind == "none":
         return None
     v = np.asarray(release[name], dtype=np.float64).reshape(-1)
     low, high = (np.asarray(a).reshape(-1) for a in release.interval(name))
@@ -283,6 +283,9 @@ def uncertainty_section(release: Release, *, entries: int = 8) -> list[str]:
              "Every one is post-processing of the released values and public parameters (no privacy cost).", ""]
     for name, u in sorted(release.uncertainty.items()):
         v = np.asarray(release[name], dtype=np.float64)
+        if u.kind == "none":
+            lines += [f"### {name} (no interval)", "", f"Refused: {u.method}", ""]
+            continue
         lines += [f"### {name} ({u.kind}, covers {u.covers})", "", u.method, "",
                   "| entry | value | low | high | stderr |", "|---|---|---|---|---|"]
         idx = list(np.ndindex(v.shape))

@@ -492,7 +492,8 @@ def linear_regression(
             if ridge:  # the user's ridge on top of the adaptive one (post-processing)
                 beta, info = solve_normal_equations(xtx, xty, ridge=ridge + lam)
             unc = adassp_uncertainty(result["xtx"], result["xty"], beta, plan.privacy["noise_scale"],
-                                     confidence_of(request), ridge=ridge + lam, scaling=scaling if vec.scaled else None)
+                                     confidence_of(request), ridge=ridge + lam, scaling=scaling if vec.scaled else None,
+                                     adaptive=lam, rho=float(plan.privacy["rho"]))
             arrays = {"lambda": result["lambda"]}
             if vec.scaled:
                 joint = np.block([[xtx, xty[:, None]], [xty[None, :], np.zeros((1, 1))]])
