@@ -5,10 +5,13 @@ release is written to and loaded from ``hdfs://`` through ``pyarrow.fs`` — her
 ``hdfs-native`` behind ``pyarrow.fs.PyFileSystem``, since this machine has no libhdfs
 (spark_dp/release/storage.py says when each is used). The commit protocol is the remote
 one: payload staged under ``.tmp-…``, renamed into the release directory, manifest last;
-a SIGKILL between payload and manifest (tests/_crash_job.py) leaves a release no reader sees.
+a writer SIGKILLed between payload and manifest leaves a release no reader sees.
 """
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -21,11 +24,10 @@ from spark_dp.audit import audit_releases
 from spark_dp.cli.main import main as cli_main
 from spark_dp.errors import SchemaError
 from spark_dp.privacy import open_ledger
-from spark_dp.release import release_exists, storage
-from tests._crash_job import run_crash_job
+from spark_dp.release import Release, release_exists, storage, write_release
 from tests._hdfs import MiniHdfs
 from tests._jobs import charges, write_config
-from tests._servers import free_ports
+from tests._servers import REPO, free_ports
 
 pytest.importorskip("hdfs_native", reason="needs the test extra (hdfs-native)")
 
@@ -108,30 +110,52 @@ def test_release_reads_from_and_writes_to_hdfs(spark, tmp_path, hdfs, capsys):
     assert report.releases == 1 and not report.problems
 
 
-def test_kill_between_payload_and_manifest_is_never_read(spark, tmp_path, hdfs, capsys):
-    """SIGKILL right after the payload was renamed into the release directory, before the manifest."""
-    data, _ = _data(hdfs, "crash")
+_WRITER = """
+import os, signal, sys
+import numpy as np
+import spark_dp.release.release as release_module
+from spark_dp.release import Release, write_release
+
+real = release_module._publish
+
+def publish_then_die(src, dst):  # _write_remote moves each payload file, then the manifest last
+    real(src, dst)
+    if os.path.basename(dst.path) != "manifest.json":
+        os.kill(os.getpid(), signal.SIGKILL)  # a real kill -9: no finally, no cleanup
+
+release_module._publish = publish_then_die
+manifest = {"release_id": "r-001", "task": "second_moment", "privacy": {"private": False, "epsilon": None}}
+write_release(Release("r-001", {"matrix": np.eye(3)}, manifest), sys.argv[1])
+"""
+
+
+def test_kill_between_payload_and_manifest_is_never_read(tmp_path, hdfs):
+    """A writer SIGKILLed right after the payload was renamed into the release directory, before the manifest.
+
+    The writer is a bare ``write_release`` (no Spark, no ledger: what a kill does to the ledger is the
+    same on every store, and tests/test_object_store.py runs that with whole jobs); here it is HDFS's
+    side: its rename, the leftover staging directory, and a later write over the debris.
+    """
     root = f"{hdfs.url}/crash/releases"
-    config = _job(tmp_path, data, root)
-    proc = run_crash_job(config, "before_manifest")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", _WRITER, root], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == -9, proc.stderr[-3000:]
-    charge = open_ledger(f"sqlite:///{tmp_path}/ledger.db").lookup("job-001")
-    assert charge is not None and not charge.written  # the charge stands: no refund
     left = _files(root)
-    assert "job-001/matrix.parquet" in left and "job-001/manifest.json" not in left  # payload, no commit marker
-    assert any(f.startswith(".tmp-job-001-") for f in left)  # and the staging directory, never cleaned by a kill
-    path = f"{root}/job-001"
+    assert "r-001/matrix.parquet" in left and "r-001/manifest.json" not in left  # payload, no commit marker
+    assert any(f.startswith(".tmp-r-001-") for f in left)  # and the staging directory, never cleaned by a kill
+    path = f"{root}/r-001"
     assert not release_exists(path)
     with pytest.raises(SchemaError, match="no manifest.json"):
         spark_dp.load_release(path)
-    assert cli_main(["release", config]) == 2  # the charge stands; the half release is never returned
-    assert "charge stands" in capsys.readouterr().err
-    report = audit_releases(open_ledger(f"sqlite:///{tmp_path}/ledger.db"), root)
-    assert report.releases == 0 and [f.kind for f in report.problems] == ["unwritten"]
-    # the next id is written normally next to the debris (HDFS renames refuse to overwrite: handled)
-    assert cli_main(["release", _job(tmp_path, data, root, "job-002")]) == 0
-    assert json.loads(capsys.readouterr().out)["path"] == f"{root}/job-002"
-    assert spark_dp.load_release(f"{root}/job-002")["matrix"].shape == (3, 3)
+    assert audit_releases(open_ledger(f"sqlite:///{tmp_path}/ledger.db"), root).releases == 0
+    # the id was never released: a later write completes it over the debris (HDFS refuses to rename
+    # onto an existing file: the writer deletes the stale payload first)
+    rel = Release("r-001", {"matrix": np.full((3, 3), 2.0)},
+                  {"release_id": "r-001", "task": "second_moment", "privacy": {"private": False, "epsilon": None}})
+    assert write_release(rel, root) == path
+    np.testing.assert_array_equal(spark_dp.load_release(path)["matrix"], np.full((3, 3), 2.0))
+    assert "r-001/manifest.json" in _files(root)
 
 
 def test_an_unreachable_namenode_is_refused_before_the_charge(spark, tmp_path, hdfs, capsys):
