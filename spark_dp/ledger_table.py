@@ -36,7 +36,8 @@ Columns (:data:`SCHEMA`):
 * ``input_kind`` (``table``, ``files``, ``in_memory``, ``unknown``; null for
   charges from before ledger schema 4) and ``input`` — the release's input
   lineage (:mod:`spark_dp.release.lineage`) as JSON: table names with their
-  version where the source has one, or a digest of the input files. Never data.
+  version where the source has one, or a keyed digest of the input files
+  (HMAC under the ledger's lineage key, which is never exported). Never data.
 """
 
 from __future__ import annotations

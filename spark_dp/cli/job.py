@@ -125,7 +125,7 @@ def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
     if config.release_id is not None:
         release = session.stored_release(config.release_id, config_sha256=config.sha256)
         if release is not None:  # still say whether the input changed since (file inputs: no Spark needed)
-            note_input_change(release, _input_lineage(config, spark))
+            note_input_change(release, _input_lineage(config, spark, session.ledger.lineage_key))
     if release is None:
         # Over budget → fail here, before Spark starts (the release path checks again).
         if config.privacy.mode != "none":  # a non-private run charges nothing (the API refuses budgeted datasets)
@@ -144,21 +144,24 @@ def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
     return release
 
 
-def _input_lineage(config: JobConfig, spark) -> dict | None:
-    """The job input's lineage without a Spark job: files listed with pyarrow; a table only given a session."""
+def _input_lineage(config: JobConfig, spark, key: bytes) -> dict | None:
+    """The job input's lineage without a Spark job: files listed with pyarrow; a table only given a session.
+
+    ``key``: the ledger's lineage key (the file digest is keyed with it).
+    """
     from spark_dp.params import TABLE
     from spark_dp.release.lineage import input_lineage, path_lineage
 
     try:
         if config.dataset.format != TABLE:
-            return path_lineage(config.dataset.path)
+            return path_lineage(config.dataset.path, key)
         if spark is None:
             log.info("release %s: input table %s not checked for changes (the re-run does not start Spark)",
                      config.release_id, config.dataset.path)
             return None
         from spark_dp.aggregates import read_dataset
 
-        return input_lineage(read_dataset(spark, config.dataset.path, TABLE, config.dataset.options))
+        return input_lineage(read_dataset(spark, config.dataset.path, TABLE, config.dataset.options), key)
     except Exception as exc:  # noqa: BLE001 - lineage is metadata: never fail a re-run over it
         log.info("release %s: input lineage not computed (%s)", config.release_id, type(exc).__name__)
         return None

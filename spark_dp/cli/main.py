@@ -3,7 +3,8 @@
     spark-dp release CONFIG                 run a release job (also: spark-submit jobs/release.py CONFIG)
     spark-dp release --dry-run [--n N] CONFIG   what it would cost and how accurate it would be (JSON; spends nothing)
     spark-dp ledger --uri URI [--dataset ID] [--set-limit EPS DELTA] [--set-lifetime-limit EPS DELTA]
-                    [--record-crash RELEASE_ID REASON] [--charges] [--export PATH.parquet|TABLE] [--json]
+                    [--record-crash RELEASE_ID REASON] [--keep-unit-of PERIOD_ID] [--charges]
+                    [--export PATH.parquet|TABLE] [--json]
     spark-dp estimate RELEASE_DIR --items FILE            item,estimate,low,high CSV from a count_sketch release
     spark-dp heavy-hitters RELEASE_DIR [--candidates PATH] [--top N] [--threshold T]
     spark-dp plan run PLAN --date YYYY-MM-DD [--entry NAME ...] [--dry-run]   run (or preview) what a plan has due
@@ -79,7 +80,9 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
         path = sqlite_path_from_uri(args.uri)
         if not os.path.isfile(path) and not (args.set_limit or args.set_lifetime_limit):
             raise SparkDPError(f"Ledger {args.uri!r} does not exist.")
-    ledger = open_ledger(args.uri)
+    ledger = open_ledger(args.uri, strict=not args.keep_unit_of)  # choosing a group's unit opens a mixed ledger
+    if args.keep_unit_of:
+        ledger.keep_group_unit(args.keep_unit_of)
     if args.set_limit:
         if not args.dataset:
             raise SparkDPError("--set-limit needs --dataset.")
@@ -372,7 +375,7 @@ def _add_audit_command(sub) -> None:
         if not args.ledger.startswith(("postgresql://", "postgres://")) and \
                 not os.path.isfile(sqlite_path_from_uri(args.ledger)):
             raise SparkDPError(f"Ledger {args.ledger!r} does not exist.")  # never create one by auditing
-        report = audit_releases(open_ledger(args.ledger), args.output_root)
+        report = audit_releases(open_ledger(args.ledger, strict=False), args.output_root)  # reports mixed units
         print(json.dumps(report.to_dict(), indent=2) if args.json else format_report(report))
         for f in report.problems:
             print(f"spark-dp: audit: {f.kind}: release {f.release_id or '-'}: {f.message}", file=sys.stderr)
@@ -405,6 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set-limit", nargs=2, metavar=("EPSILON", "DELTA"), help="set the dataset's limit (recorded)")
     p.add_argument("--set-lifetime-limit", nargs=2, metavar=("EPSILON", "DELTA"),
                    help="set the lifetime cap over the dataset and all its periods DATASET@PERIOD (recorded)")
+    p.add_argument("--keep-unit-of", metavar="DATASET_ID",
+                   help="make this period's declared privacy unit and neighbours its lifetime group's (for a ledger "
+                        "whose periods mixed units; recorded)")
     p.add_argument("--record-crash", nargs=2, metavar=("RELEASE_ID", "REASON"),
                    help="record that a charged release failed before being written (the charge stands)")
     p.add_argument("--charges", action="store_true", help="list the charges (one per release) instead of datasets")

@@ -2,18 +2,20 @@
 
 Every release's manifest (field ``input``) and its ledger charge record one
 lineage dict, computed once per release by the pipeline before any Spark job
-(:func:`input_lineage`):
+(:func:`input_lineage`), under the ledger's lineage key
+(:attr:`spark_dp.privacy.ledger.Ledger.lineage_key`):
 
-``{"kind": "table", "tables": [...], "files_sha256": ..., "files_stats": ...}``
+``{"kind": "table", "tables": [...], "files_hmac_sha256": ..., "files_stats": ...}``
     the input reads catalog tables. Each table entry is ``{"name", "provider",
     "version", "version_kind"}``: a Delta table's latest version (``DESCRIBE
     HISTORY t LIMIT 1``) or an Iceberg table's ``current-snapshot-id`` table
     property, read through Spark SQL's metadata commands; null where the
     source has none (a plain Parquet table). Unless every table has a
-    version, ``files_sha256`` digests the input files as below.
-``{"kind": "files", "files_sha256": ..., "files_stats": ...}``
-    the input is files (a path read, or a ``.npy`` tensor): ``files_sha256``
-    is the SHA-256 of the sorted list of (normalised URI, size, modification
+    version, ``files_hmac_sha256`` digests the input files as below.
+``{"kind": "files", "files_hmac_sha256": ..., "files_stats": ...}``
+    the input is files (a path read, or a ``.npy`` tensor):
+    ``files_hmac_sha256`` is the HMAC-SHA256, under the ledger's secret
+    lineage key, of the sorted list of (normalised URI, size, modification
     time in ns) of every input file. ``files_stats`` says what was digested:
     ``size+mtime``, or ``names`` for files whose file system pyarrow cannot
     open (the digest then changes only when file names do).
@@ -24,8 +26,16 @@ lineage dict, computed once per release by the pipeline before any Spark job
 What it never holds: file names or paths (partition directory names are
 values of the data), file counts or sizes (they grow with the rows), the
 ``where`` filter (it is in the request). Table names are public
-configuration, as in the job config. A digest of (name, size, mtime) lists
-of unknown files cannot be inverted.
+configuration, as in the job config. The file digest is keyed because an
+unkeyed hash of (name, size, mtime) can be inverted by enumeration where the
+names and times are known or guessable: one more row changes a file's size,
+and the size (hence the row count) was recovered from a plain SHA-256 that
+way. Without the key (32 bytes from the OS, held only by the ledger) the
+HMAC gives nothing to enumerate against; with it, one input gives one digest
+on every run against the same ledger, so a changed input is still detected.
+Lineages of releases from before the key (field ``files_sha256``) cannot be
+compared with a keyed one: :func:`input_changed` then compares the rest
+(table names and versions) and otherwise says it cannot tell.
 
 Where the files come from: ``DataFrame.inputFiles()`` (a metadata call on
 classic Spark and Spark Connect: it plans the query and lists files, never
@@ -42,6 +52,7 @@ or an in-memory input).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import os
 import re
@@ -56,6 +67,9 @@ log = logging.getLogger("spark_dp")
 IN_MEMORY = "in_memory"
 FILES = "files"
 TABLE = "table"
+DIGEST = "files_hmac_sha256"  # keyed (ledger schema 5 on)
+UNKEYED_DIGEST = "files_sha256"  # releases from before the key: a plain SHA-256, not comparable with DIGEST
+_MIN_KEY_BYTES = 16
 _STATS = "size+mtime"
 _NAMES = "names"
 # Hadoop's object-store schemes and the pyarrow file system that reads them.
@@ -103,13 +117,18 @@ def _arrow_fs(uri: str, cache: dict[str, Any]):
     return fs, path
 
 
-def files_digest(uris: Iterable[str]) -> tuple[str, str]:
-    """(SHA-256 of the sorted (URI, size, mtime_ns) list, what was digested: ``size+mtime`` or ``names``).
+def files_digest(uris: Iterable[str], key: bytes) -> tuple[str, str]:
+    """(HMAC-SHA256 under ``key`` of the sorted (URI, size, mtime_ns) list, what was digested).
 
-    Sizes and times come from ``pyarrow.fs`` (one batched ``get_file_info``
-    per file system); a file whose file system cannot be opened contributes
-    its name only, and the result then says ``names``.
+    What was digested: ``size+mtime`` or ``names``. ``key`` is the ledger's
+    lineage key (:attr:`spark_dp.privacy.ledger.Ledger.lineage_key`): without
+    it the digest cannot be checked against guessed sizes. Sizes and times
+    come from ``pyarrow.fs`` (one batched ``get_file_info`` per file system);
+    a file whose file system cannot be opened contributes its name only, and
+    the result then says ``names``.
     """
+    if not isinstance(key, bytes) or len(key) < _MIN_KEY_BYTES:
+        raise RuntimeError(f"bug: the input lineage needs the ledger's lineage key (at least {_MIN_KEY_BYTES} bytes)")
     cache: dict[str, Any] = {}
     groups: dict[int, tuple[Any, list[tuple[str, str]]]] = {}
     entries: list[str] = []
@@ -130,7 +149,7 @@ def files_digest(uris: Iterable[str]) -> tuple[str, str]:
             continue
         for (uri, _), info in zip(items, infos, strict=True):
             entries.append(f"{uri}\t{info.size}\t{info.mtime_ns}")
-    digest = hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()
+    digest = hmac.new(key, "\n".join(sorted(entries)).encode(), hashlib.sha256).hexdigest()
     return digest, stats
 
 
@@ -200,8 +219,8 @@ def plan_tables(df) -> list[str]:
     return names
 
 
-def dataframe_lineage(df) -> dict[str, Any]:
-    """The lineage of a DataFrame: its tables (with versions) and/or a digest of its input files."""
+def dataframe_lineage(df, key: bytes) -> dict[str, Any]:
+    """The lineage of a DataFrame: its tables (with versions) and/or a keyed digest of its input files."""
     files = list(df.inputFiles())
     tables = [table_version(df.sparkSession, t) for t in plan_tables(df)]
     if not files and not tables:
@@ -210,17 +229,20 @@ def dataframe_lineage(df) -> dict[str, Any]:
     if tables:
         out["tables"] = tables
     if files and not (tables and all(t["version"] is not None for t in tables)):
-        out["files_sha256"], out["files_stats"] = files_digest(files)
+        out[DIGEST], out["files_stats"] = files_digest(files, key)
     return out
 
 
-def input_lineage(source: Any) -> dict[str, Any]:
-    """The lineage of a release's input: a DataFrame, a file path (e.g. a ``.npy`` tensor) or an in-memory value."""
+def input_lineage(source: Any, key: bytes) -> dict[str, Any]:
+    """The lineage of a release's input: a DataFrame, a file path (e.g. a ``.npy`` tensor) or an in-memory value.
+
+    ``key``: the ledger's lineage key (file digests are keyed with it).
+    """
     if isinstance(source, str | os.PathLike):
-        digest, stats = files_digest([os.fspath(source)])
-        return {"kind": FILES, "files_sha256": digest, "files_stats": stats}
+        digest, stats = files_digest([os.fspath(source)], key)
+        return {"kind": FILES, DIGEST: digest, "files_stats": stats}
     if hasattr(source, "inputFiles") and hasattr(source, "sparkSession"):
-        return dataframe_lineage(source)
+        return dataframe_lineage(source, key)
     return in_memory()
 
 
@@ -229,7 +251,7 @@ def _spark_hidden(name: str) -> bool:
     return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
 
 
-def path_lineage(path: str) -> dict[str, Any] | None:
+def path_lineage(path: str, key: bytes) -> dict[str, Any] | None:
     """The lineage of a read of ``path`` (a file or a directory of files), without Spark.
 
     Lists the files as Spark's file index does (recursively, skipping names
@@ -264,12 +286,23 @@ def path_lineage(path: str) -> dict[str, Any] | None:
         return None
     if not files:
         return None
-    digest, stats = files_digest(files)
-    return {"kind": FILES, "files_sha256": digest, "files_stats": stats}
+    digest, stats = files_digest(files, key)
+    return {"kind": FILES, DIGEST: digest, "files_stats": stats}
 
 
 def input_changed(stored: Mapping[str, Any] | None, now: Mapping[str, Any] | None) -> bool | None:
-    """Whether the input changed between a stored release's lineage and a re-run's (None: cannot tell)."""
+    """Whether the input changed between a stored release's lineage and a re-run's (None: cannot tell).
+
+    A stored lineage from before the keyed digest (``files_sha256``) cannot
+    be compared with today's keyed one: only the rest (tables and their
+    versions) is, and a match there says None (cannot tell), not False.
+    """
     if not stored or not now or IN_MEMORY in (stored.get("kind"), now.get("kind")):
         return None
-    return dict(stored) != dict(now)
+    stored, now = dict(stored), dict(now)
+    if (UNKEYED_DIGEST in stored) != (UNKEYED_DIGEST in now):
+        rest = ("kind", "tables")
+        if any(stored.get(k) != now.get(k) for k in rest):
+            return True
+        return None
+    return stored != now

@@ -39,8 +39,9 @@ probability at least the level (``kind: bound``), and what it covers
 Optional in version 2 (issue #16; absent from older manifests, which stay
 readable): ``input`` — the input lineage (:mod:`spark_dp.release.lineage`):
 ``kind`` (``table``, ``files``, ``in_memory`` or ``unknown``), the tables
-with their version where the source has one, and/or ``files_sha256``, a
-digest of the input files' names, sizes and modification times. Never data.
+with their version where the source has one, and/or ``files_hmac_sha256``, a
+digest of the input files' names, sizes and modification times keyed by the
+ledger's secret lineage key (no size is recoverable from it). Never data.
 
 Kept from version 1, deprecated: ``noise_sigma`` (= ``noise_scale`` of a
 Gaussian release) and the sketches' ``max_items_per_unit`` (=
