@@ -60,6 +60,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from spark_dp.release import storage
+
 log = logging.getLogger("spark_dp")
 
 IN_MEMORY = "in_memory"
@@ -101,7 +103,9 @@ def _arrow_fs(uri: str, cache: dict[str, Any]):
         else:
             try:
                 arrow_uri = f"{_ARROW_SCHEMES.get(scheme, scheme)}://{parsed.netloc}/"
-                cache[key] = pafs.FileSystem.from_uri(arrow_uri)[0]
+                # hdfs://: libhdfs or, where it cannot be loaded, hdfs-native (the releases' own file system)
+                cache[key] = (storage.locate(arrow_uri).fs if scheme == "hdfs"
+                              else pafs.FileSystem.from_uri(arrow_uri)[0])
             except Exception as exc:  # noqa: BLE001 - an unknown scheme or missing credentials: digest names only
                 log.info("input lineage: no pyarrow file system for %s (%s); digesting file names only",
                          key, type(exc).__name__)
@@ -109,7 +113,7 @@ def _arrow_fs(uri: str, cache: dict[str, Any]):
     fs = cache[key]
     if fs is None:
         return None, None
-    path = unquote(parsed.path) if scheme == "file" else f"{parsed.netloc}{unquote(parsed.path)}"
+    path = unquote(parsed.path) if scheme in ("file", "hdfs") else f"{parsed.netloc}{unquote(parsed.path)}"
     return fs, path
 
 

@@ -263,7 +263,7 @@ def tensor_decomposition(
         ("bounds_share", bounds_share), ("norm_bound_share", norm_bound_share),
         ("norm_bound_quantile", norm_bound_quantile)))
     rng = rng if rng is not None else np.random.default_rng()  # random starting vectors (public), not privacy noise
-    explicit = not isinstance(data, DataFrame)
+    explicit = not P.is_dataframe(data)
     if explicit and mechanism in ROWS_ONLY:
         raise ConfigError(f"The 'mechanism' {mechanism!r} of {OWNER} needs rows (a DataFrame), not an explicit tensor.")
     if not explicit and mechanism in EXPLICIT_ONLY:
