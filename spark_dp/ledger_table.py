@@ -144,7 +144,15 @@ def export_charges_table(spark, ledger: Ledger, table: str, *, format: str | Non
 
     check_table_name(table, key="--export")
     rows = charges_table(ledger)
-    writer = spark.createDataFrame(rows).write.mode("overwrite")
+    from spark_dp._compat import SPARK4
+
+    if SPARK4:
+        frame = spark.createDataFrame(rows)
+    else:  # pyspark 3.5's createDataFrame takes no Arrow table: its pandas form, with the same (Arrow) schema
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        frame = spark.createDataFrame(rows.to_pandas(), schema=from_arrow_schema(rows.schema))
+    writer = frame.write.mode("overwrite")
     if format is not None:
         writer = writer.format(format)
     writer.saveAsTable(table)

@@ -10,14 +10,19 @@ lineage dict, computed once per release by the pipeline before any Spark job
     a Delta table read by path: paths are never recorded), with the version
     **actually read**, time travel included:
 
-    * Delta (``delta_version``): the version whose files are exactly the
-      files the read lists (``DataFrame.inputFiles()`` matched against the
+    * Delta (``delta_version``): for a catalog table, the read's
+      ``versionAsOf`` option or SQL ``VERSION AS OF``, the version current
+      at its ``timestampAsOf`` (``DESCRIBE HISTORY``), else the version
+      whose files are exactly the files the read lists, else (no time
+      travel) the latest version. For a table read by path, whose options
+      the plan does not show, the version whose files are exactly the files
+      the read lists (``DataFrame.inputFiles()`` matched against the
       table's ``_delta_log`` commits, read with pyarrow on the driver), so a
-      ``versionAsOf`` / ``timestampAsOf`` read, a SQL ``VERSION AS OF`` and a
-      read of the latest version all record what they read. Where the log
-      cannot tell (commits before a checkpoint already cleaned up, or two
-      versions with the same files but other deletion vectors), the read's
-      ``versionAsOf`` option if the plan shows one, else null.
+      ``versionAsOf`` / ``timestampAsOf`` path read records what it read;
+      where that cannot tell (a read whose files were pruned by a filter,
+      commits before a checkpoint already cleaned up, two versions with the
+      same files but other deletion vectors) the version is null and the
+      files digest stays.
     * Iceberg (``iceberg_snapshot_id``): the ``snapshot-id`` read option, or
       the snapshot current at the ``as-of-timestamp`` read option (from the
       table's ``history`` metadata table), or a SQL ``VERSION AS OF`` id;
@@ -194,9 +199,16 @@ def table_version(spark, name: str, *, read: Mapping[str, Any] | None = None,
         "versionasof", "timestampasof", "snapshot-id", "as-of-timestamp", "branch", "tag"))
     try:
         if out["provider"] == "delta":
-            version = (delta_versions or {}).get(location.rstrip("/")) if location else None
-            if version is None and "versionasof" in options:
+            version = None
+            sql_travel = (read.get("time_travel") or "").strip()
+            if "versionasof" in options:
                 version = int(options["versionasof"])
+            elif sql_travel.isdigit():
+                version = int(sql_travel)
+            elif "timestampasof" in options:
+                version = _delta_version_at(spark, q, str(options["timestampasof"]))
+            if version is None and travel and location:  # a time travel not parsed: the files read, if a version's
+                version = (delta_versions or {}).get(location.rstrip("/"))
             if version is None and not travel:
                 rows = _sql_rows(spark, f"DESCRIBE HISTORY {q} LIMIT 1")
                 version = rows[0]["version"] if rows else None
@@ -213,6 +225,16 @@ def table_version(spark, name: str, *, read: Mapping[str, Any] | None = None,
     except Exception as exc:  # noqa: BLE001 - a provider without the command: no version
         log.info("input lineage: no version for table %s (%s)", name, type(exc).__name__)
     return out
+
+
+def _delta_version_at(spark, quoted: str, timestamp: str) -> int | None:
+    """The Delta version current at ``timestamp`` (the last commit at or before it, as ``timestampAsOf`` reads)."""
+    from pyspark.sql import functions as F
+
+    history = spark.sql(f"DESCRIBE HISTORY {quoted}")  # a command's local result: filtering it starts no job
+    rows = history.filter(F.col("timestamp") <= F.lit(timestamp).cast("timestamp")) \
+        .agg(F.max("version")).collect()
+    return None if not rows or rows[0][0] is None else int(rows[0][0])
 
 
 def _iceberg_snapshot_read(spark, quoted: str, options: Mapping[str, Any], sql_travel: str | None) -> int | None:
@@ -357,13 +379,16 @@ def _delta_file(root: str, path: str) -> str:
     return _normalise(f"{root.rstrip('/')}/{unquote(path)}")
 
 
-def delta_versions(files: Iterable[str]) -> dict[str, int | None]:
+def delta_versions(files: Iterable[str], *, filtered: bool = False) -> dict[str, int | None]:
     """``{Delta table root: the version whose files are exactly those read}`` for the Delta tables among ``files``.
 
     The latest such version where several have the same files and the same
     deletion vectors (a commit that changed only metadata); None where the
     log cannot tell (see :func:`delta_log_states`), or where versions with the
-    same files differ in deletion vectors.
+    same files differ in deletion vectors. ``filtered``: the query filters
+    its rows, so Delta may have pruned the files it lists (partitions, data
+    skipping); a match is then kept only if no later version still holds
+    every file read (else the read may be of that later version).
     """
     cache: dict[str, Any] = {}
     roots: dict[str, str | None] = {}
@@ -376,7 +401,10 @@ def delta_versions(files: Iterable[str]) -> dict[str, int | None]:
     for root, read in by_root.items():
         states = delta_log_states(root)
         matches = [s for s in states or () if s[1] == read]
-        out[root] = matches[-1][0] if matches and len({s[2] for s in matches}) == 1 else None
+        version = matches[-1][0] if matches and len({s[2] for s in matches}) == 1 else None
+        if version is not None and filtered and any(read <= s[1] for s in states[version + 1:]):
+            version = None
+        out[root] = version
     return out
 
 
@@ -444,12 +472,15 @@ def dataframe_lineage(df) -> dict[str, Any]:
     files = list(df.inputFiles())
     names = plan_tables(df)
     reads: dict[str, dict[str, Any]] = {}
-    if names:
-        try:
-            reads = plan_reads(plan_text(df))
-        except Exception as exc:  # noqa: BLE001
-            log.info("input lineage: cannot read the plan's time travel (%s)", type(exc).__name__)
-    deltas = delta_versions(files) if files else {}
+    filtered = True  # unless the optimised plan shows no filter (then Delta lists every file of the version)
+    try:
+        text = plan_text(df)
+        reads = plan_reads(text) if names else {}
+        optimised = text.split("== Optimized Logical Plan ==", 1)[-1].split("== Physical Plan ==", 1)[0]
+        filtered = re.search(r"\bFilter\b", optimised) is not None
+    except Exception as exc:  # noqa: BLE001
+        log.info("input lineage: cannot read the plan's time travel (%s)", type(exc).__name__)
+    deltas = delta_versions(files, filtered=filtered) if files else {}
     tables = [table_version(df.sparkSession, t, read=_read_of(reads, t), delta_versions=deltas) for t in names]
     claimed = set()
     for t in names:  # the roots of catalog tables: their DESCRIBE location (a path read of the same root is a table too)
