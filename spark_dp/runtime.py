@@ -18,9 +18,12 @@ is: its owner configured its jars.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 import sys
+from collections.abc import Iterator
 
 from pyspark.sql import SparkSession
 
@@ -60,6 +63,23 @@ TABLE_FORMAT_PACKAGES: dict[str, dict[str, str]] = {
 _EXTENSIONS = {"delta": "io.delta.sql.DeltaSparkSessionExtension",
                "iceberg": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"}
 _NAMES = {"delta": "Delta Lake", "iceberg": "Apache Iceberg"}
+
+
+_NEEDED_FORMATS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("spark_dp_formats", default=())
+
+
+@contextlib.contextmanager
+def formats_needed(formats) -> Iterator[None]:
+    """While the block runs, a session :func:`get_spark` creates also gets ``formats``' jars.
+
+    A plan runs several jobs in one session, created by the first that needs
+    Spark: it must carry the jars of every format the plan's jobs use.
+    """
+    token = _NEEDED_FORMATS.set(tuple(sorted(set(_NEEDED_FORMATS.get()) | set(formats))))
+    try:
+        yield
+    finally:
+        _NEEDED_FORMATS.reset(token)
 
 
 def spark_line(version: str | None = None) -> str:
@@ -142,6 +162,7 @@ def get_spark(app_name: str = "spark-dp", *, master: str | None = None, conf: di
         return builder.getOrCreate()
     builder = SparkSession.builder.appName(app_name)
     launched_by_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    formats = tuple(sorted(set(formats) | set(_NEEDED_FORMATS.get())))
     extra = {} if launched_by_submit else table_format_conf(formats)
     conf = _merged(dict(conf or {}), extra)
     if not launched_by_submit:

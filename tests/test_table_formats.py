@@ -83,3 +83,24 @@ def test_a_table_format_must_be_delta_or_iceberg_and_output_iceberg_needs_a_tabl
         JobConfig.from_dict(_cfg(tmp_path, {"table": "db.t", "format": "csv"}))
     with pytest.raises(ConfigError, match="'output.format' parameter"):
         JobConfig.from_dict(_cfg(tmp_path, {"path": str(tmp_path)}, {"path": str(tmp_path / "o"), "format": "iceberg"}))
+
+
+def test_a_plan_session_gets_the_jars_of_every_entry(monkeypatch):
+    from spark_dp import runtime
+
+    seen = []
+    monkeypatch.setattr(runtime, "table_format_conf", lambda formats, **_: seen.append(formats) or {})
+    monkeypatch.setattr(runtime.SparkSession, "getActiveSession", staticmethod(lambda: None))
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+
+    class Builder:  # records what a new session would be built with, starts nothing
+        def __getattr__(self, name):
+            return lambda *a, **k: self
+
+        def getOrCreate(self):
+            return "session"
+
+    monkeypatch.setattr(runtime.SparkSession, "builder", Builder())
+    with runtime.formats_needed({"iceberg"}):
+        assert runtime.get_spark("x", formats=("delta",)) == "session"
+    assert seen == [("delta", "iceberg")]
