@@ -152,10 +152,12 @@ def export_charges_table(spark, ledger: Ledger, table: str, *, format: str | Non
         from pyspark.sql.pandas.types import from_arrow_schema
 
         frame = spark.createDataFrame(rows.to_pandas(), schema=from_arrow_schema(rows.schema))
-    writer = frame.write.mode("overwrite")
-    if format is not None:
-        writer = writer.format(format)
-    writer.saveAsTable(table)
+    if format in (None, "parquet"):
+        writer = frame.write.mode("overwrite")
+        writer = writer if format is None else writer.format(format)
+        writer.saveAsTable(table)
+    else:  # Delta / Iceberg: one atomic REPLACE TABLE ... AS SELECT (DataFrameWriterV2; classic and Connect)
+        frame.writeTo(table).using(format).createOrReplace()
     return rows.num_rows
 
 
