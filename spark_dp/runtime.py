@@ -49,7 +49,7 @@ LOCAL_CONF = {
 # here has no release of that format yet: the error says so instead of loading a build for another line.
 TABLE_FORMAT_PACKAGES: dict[str, dict[str, str]] = {
     "delta": {
-        "3.5": "io.delta:delta-spark_2.12:3.3.2",
+        "3.5": "io.delta:delta-spark_2.12:3.3.3",  # 3.3.3: REPLACE TABLE AS SELECT fails with 3.3.2 on Spark >= 3.5.6
         "4.0": "io.delta:delta-spark_4.0_2.13:4.4.0",
         "4.1": "io.delta:delta-spark_4.1_2.13:4.4.0",
         "4.2": "io.delta:delta-spark_4.2_2.13:4.4.0",

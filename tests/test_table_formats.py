@@ -24,7 +24,7 @@ def _cfg(tmp_path, dataset: dict, output: dict | None = None) -> dict:
 
 def test_each_spark_line_gets_the_build_made_for_it():
     conf = table_format_conf(["delta", "iceberg"], spark_version="3.5.8")
-    assert conf["spark.jars.packages"] == ("io.delta:delta-spark_2.12:3.3.2,"
+    assert conf["spark.jars.packages"] == ("io.delta:delta-spark_2.12:3.3.3,"
                                            "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.1")
     assert conf["spark.sql.extensions"] == ("io.delta.sql.DeltaSparkSessionExtension,"
                                             "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")

@@ -262,7 +262,7 @@ def test_a_fresh_process_gets_the_delta_jars_by_itself_and_a_machine_without_the
     cfg = _config(tmp_path, {"path": delta_path, "format": "delta", "version": 0}, release_id="fresh")
     ok = _spark_dp(["release", cfg], _fresh_env(tmp_path / "ivy-ok"), tmp_path)
     assert ok.returncode == 0, ok.stderr[-3000:]
-    assert "io.delta#delta-spark_2.12;3.3.2" in ok.stderr  # Spark resolved the coordinates spark-dp chose
+    assert "io.delta#delta-spark_2.12;3.3.3" in ok.stderr  # Spark resolved the coordinates spark-dp chose
     assert json.loads(ok.stdout[ok.stdout.index("\n{") + 1:])["reused"] is False  # after Ivy's own stdout lines
     ledger = open_ledger(f"sqlite:///{tmp_path}/jobs.db")
     assert _delta_entry(ledger.lookup("fresh").lineage)["version"] == "0"
@@ -276,7 +276,7 @@ def test_a_fresh_process_gets_the_delta_jars_by_itself_and_a_machine_without_the
     assert bad.returncode != 0
     errors = [line for line in bad.stderr.splitlines() if line.startswith("spark-dp: error")]
     assert len(errors) == 1, bad.stderr[-3000:]
-    assert "io.delta:delta-spark_2.12:3.3.2" in errors[0] and "nothing was charged" in errors[0]
+    assert "io.delta:delta-spark_2.12:3.3.3" in errors[0] and "nothing was charged" in errors[0]
     assert ledger.lookup("offline") is None and len(ledger.all_charges()) == 1
     assert time.monotonic() - t0 < 120
 
