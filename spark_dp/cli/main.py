@@ -113,7 +113,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
             fmt = args.export_format
             spark = get_spark("spark-dp ledger export", formats=(fmt,) if fmt else ())
             n = export_charges_table(spark, ledger, args.export, format=fmt)
-            print(json.dumps({"export": args.export, "table": True, "format": fmt, "charges": n}))
+            print(json.dumps({"export": args.export, "table": True, **({"format": fmt} if fmt else {}), "charges": n}))
             return 0
         if args.export_format not in (None, "parquet"):
             raise SparkDPError(f"--export-format {args.export_format} applies to a table target; "
