@@ -1,9 +1,9 @@
 """Input lineage (issue #16, item 4): manifests and ledger charges record what a release was computed from.
 
 Without Spark: the file digest (pyarrow.fs stats), the pipeline's ``input``
-field and ``input_changed`` on re-runs, the Delta/Iceberg version lookups on
-a scripted Spark (Delta and Iceberg are not installed here), and a schema-3
-ledger file migrated to schema 4. With Spark: a Parquet path, a plain Parquet
+field and ``input_changed`` on re-runs, the plan's time-travel parsing, and a
+schema-3 ledger file migrated to schema 4. Delta and Iceberg versions are
+tested against the real formats in ``tests/warehouse/``. With Spark: a Parquet path, a plain Parquet
 catalog table and an in-memory DataFrame through a family function, a re-run
 after the input changed, and no Spark job started by the lineage.
 """
@@ -121,57 +121,28 @@ def test_input_changed_says_none_when_it_cannot_tell():
                                                 "files_hmac_sha256": "k"}) is True
 
 
-# -- table versions through Spark SQL metadata (scripted: Delta and Iceberg are not installed here) -----------
-class _Row(tuple):
-    def __new__(cls, *values, **named):
-        row = super().__new__(cls, values or tuple(named.values()))
-        row._named = named
-        return row
-
-    def __getitem__(self, key):
-        return self._named[key] if isinstance(key, str) else super().__getitem__(key)
+# -- table versions: Delta and Iceberg are tested for real in tests/warehouse/ (suite_delta.py, suite_iceberg.py,
+# run by tests/test_warehouse.py in a Spark with their jars); here only what needs no table format ---------------
+_PARSED = """== Parsed Logical Plan ==
+'Project [*]
++- 'RelationTimeTravel 'UnresolvedRelation [t], [], false, 0
+== Analyzed Logical Plan ==
+"""
 
 
-class _ScriptedSpark:
-    """Answers the metadata commands table_version issues; records them."""
-
-    def __init__(self, answers: dict[str, list]):
-        self.answers, self.asked = answers, []
-
-    def sql(self, text):
-        self.asked.append(text)
-        for prefix, rows in self.answers.items():
-            if text.startswith(prefix):
-                if isinstance(rows, Exception):
-                    raise rows
-                return type("R", (), {"collect": lambda self, rows=rows: rows})()
-        raise RuntimeError(f"[TABLE_OR_VIEW_NOT_FOUND] {text}")
+def test_plan_reads_finds_reader_options_and_sql_time_travel():
+    text = ("== Parsed Logical Plan ==\n'UnresolvedRelation [local, db, t], [snapshot-id=31743], false\n"
+            "== Analyzed Logical Plan ==\nSubqueryAlias local.db.t\n")
+    assert L.plan_reads(text) == {"local.db.t": {"options": {"snapshot-id": "31743"}, "time_travel": None}}
+    assert L.plan_reads(_PARSED) == {"t": {"options": {}, "time_travel": "0"}}
+    assert L._read_of(L.plan_reads(_PARSED), "spark_catalog.default.t") == {"options": {}, "time_travel": "0"}
+    assert L._read_of(L.plan_reads(_PARSED), "spark_catalog.default.other") is None
 
 
-def test_delta_table_version_comes_from_its_history():
-    spark = _ScriptedSpark({"DESCRIBE TABLE EXTENDED": [_Row("a", "bigint"), _Row("Provider", "delta")],
-                            "DESCRIBE HISTORY": [_Row(version=7, operation="WRITE")]})
-    assert L.table_version(spark, "main.sales.events") == {
-        "name": "main.sales.events", "provider": "delta", "version": "7", "version_kind": "delta_version"}
-    assert spark.asked[-1] == "DESCRIBE HISTORY `main`.`sales`.`events` LIMIT 1"
-
-
-def test_iceberg_table_version_is_its_current_snapshot_id():
-    spark = _ScriptedSpark({"DESCRIBE TABLE EXTENDED": [_Row("Provider", "iceberg")],
-                            "SHOW TBLPROPERTIES": [_Row("format", "iceberg/parquet"),
-                                                   _Row("current-snapshot-id", "4105981217392118471")]})
-    got = L.table_version(spark, "prod.db.t")
-    assert (got["version"], got["version_kind"]) == ("4105981217392118471", "iceberg_snapshot_id")
-
-
-def test_a_table_without_versions_or_failing_commands_gets_none():
-    plain = _ScriptedSpark({"DESCRIBE TABLE EXTENDED": [_Row("Provider", "parquet")], "SHOW TBLPROPERTIES": []})
-    assert L.table_version(plain, "db.t")["version"] is None
-    broken = _ScriptedSpark({"DESCRIBE TABLE EXTENDED": [_Row("Provider", "delta")],
-                             "DESCRIBE HISTORY": RuntimeError("DELTA_MISSING")})
-    assert L.table_version(broken, "db.t") == {"name": "db.t", "provider": "delta", "version": None,
-                                               "version_kind": None}
-    assert L.table_version(_ScriptedSpark({}), "db.gone")["provider"] is None
+def test_a_directory_without_a_delta_log_has_no_delta_version(tmp_path):
+    (tmp_path / "part-0.parquet").write_bytes(b"x")
+    assert L.delta_versions([str(tmp_path / "part-0.parquet")]) == {}
+    assert L.delta_path_lineage(str(tmp_path)) is None
 
 
 # -- the pipeline: manifest field, ledger charge, re-runs ----------------------------------------

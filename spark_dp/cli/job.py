@@ -83,7 +83,7 @@ def preview_job(config: JobConfig, *, spark=None, n: int | None = None, **extra)
     with nullcontext(active) if active is not None else dry_run(n=n):
         session = session_for(config)
         if spark is None and config.spec.needs_spark:
-            spark = get_spark(f"spark-dp {config.task} (dry run)")
+            spark = get_spark(f"spark-dp {config.task} (dry run)", config.table_formats)
         preview = config.spec.run(session, config, spark, **extra)
     if not isinstance(preview, Preview):
         raise RuntimeError(f"bug: task {config.task!r} did not reach the release pipeline in a dry run")
@@ -131,14 +131,14 @@ def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
         if config.privacy.mode != "none":  # a non-private run charges nothing (the API refuses budgeted datasets)
             session.ledger.check(config.dataset.id, plan_events(config), session.limit, unit=config_unit(config))
         if spark is None and config.spec.needs_spark:
-            spark = get_spark(f"spark-dp {config.task}")
+            spark = get_spark(f"spark-dp {config.task}", config.table_formats)
         log.info("release %s: task %s (%s) on dataset %s", config.release_id or "(new id)", config.task,
                  config.mechanism, config.dataset.id)
         with spark_tag(spark if config.spec.needs_spark else None,
                        f"spark-dp:{config.task}:{config.release_id or config.dataset.id}"):
             release = config.spec.run(session, config, spark, **extra)
     if config.output.table is not None:
-        spark = spark or get_spark(f"spark-dp {config.task}")
+        spark = spark or get_spark(f"spark-dp {config.task}", config.table_formats)
         with spark_tag(spark, f"spark-dp:publish:{release.release_id}"):
             write_release_table(spark, release, config.output.table, format=config.output.format)
     return release
@@ -153,6 +153,10 @@ def _input_lineage(config: JobConfig, spark, key: bytes) -> dict | None:
     from spark_dp.release.lineage import input_lineage, path_lineage
 
     try:
+        if config.dataset.format == "delta":  # the Delta log, read with pyarrow: the version a read would get
+            from spark_dp.release.lineage import delta_path_lineage
+
+            return delta_path_lineage(config.dataset.path, config.dataset.as_of)
         if config.dataset.format != TABLE:
             return path_lineage(config.dataset.path, key)
         if spark is None:
@@ -167,11 +171,14 @@ def _input_lineage(config: JobConfig, spark, key: bytes) -> dict | None:
         return None
 
 
-def get_spark(app_name: str):
-    """The job's SparkSession (classic, or Spark Connect with SPARK_REMOTE); see :mod:`spark_dp.runtime`."""
+def get_spark(app_name: str, formats=()):
+    """The job's SparkSession (classic, or Spark Connect with SPARK_REMOTE); see :mod:`spark_dp.runtime`.
+
+    ``formats``: the Delta / Iceberg formats the job uses (a new local session gets their jars).
+    """
     from spark_dp.runtime import get_spark as _get
 
-    return _get(app_name)
+    return _get(app_name, formats=formats)
 
 
 @contextmanager

@@ -4,7 +4,7 @@
     spark-dp release --dry-run [--n N] CONFIG   what it would cost and how accurate it would be (JSON; spends nothing)
     spark-dp ledger --uri URI [--dataset ID] [--set-limit EPS DELTA] [--set-lifetime-limit EPS DELTA]
                     [--record-crash RELEASE_ID REASON] [--keep-unit-of PERIOD_ID] [--charges]
-                    [--export PATH.parquet|TABLE] [--json]
+                    [--export PATH.parquet|TABLE] [--export-format parquet|delta|iceberg] [--json]
     spark-dp estimate RELEASE_DIR --items FILE            item,estimate,low,high CSV from a count_sketch release
     spark-dp heavy-hitters RELEASE_DIR [--candidates PATH] [--top N] [--threshold T]
     spark-dp plan run PLAN --date YYYY-MM-DD [--entry NAME ...] [--dry-run]   run (or preview) what a plan has due
@@ -112,9 +112,14 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
             from spark_dp.runtime import get_spark
 
             check_table_name(args.export, key="--export")  # before Spark starts
-            n = export_charges_table(get_spark("spark-dp ledger export"), ledger, args.export)
-            print(json.dumps({"export": args.export, "table": True, "charges": n}))
+            fmt = args.export_format
+            spark = get_spark("spark-dp ledger export", formats=(fmt,) if fmt else ())
+            n = export_charges_table(spark, ledger, args.export, format=fmt)
+            print(json.dumps({"export": args.export, "table": True, **({"format": fmt} if fmt else {}), "charges": n}))
             return 0
+        if args.export_format not in (None, "parquet"):
+            raise SparkDPError(f"--export-format {args.export_format} applies to a table target; "
+                               f"{args.export!r} is a Parquet file path.")
         n = export_charges(ledger, args.export)
         print(json.dumps({"export": args.export, "charges": n}))
         return 0
@@ -418,6 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--export", metavar="PATH_OR_TABLE",
                    help="write every charge to a Parquet file (a path with '/' or ending in .parquet; pyarrow, atomic) "
                         "or replace the catalog table TABLE (db.tbl; through Spark)")
+    p.add_argument("--export-format", choices=("parquet", "delta", "iceberg"), default=None,
+                   help="the format of the --export TABLE (default: the session's default table format); "
+                        "delta/iceberg: a local session gets their jars")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_ledger)
     _add_sketch_commands(sub)
