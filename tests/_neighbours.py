@@ -94,10 +94,11 @@ class Pair:
     base: Dataset
     other: Dataset
     edit: str
+    only: str | None = None  # run only this registry entry (None: every entry the variant takes)
 
     def __repr__(self) -> str:  # what hypothesis prints for a failing example: enough to rebuild it
         return (f"Pair(family={self.family!r}, variant={self.variant!r}, neighbors={self.neighbors!r}, m={self.m}, "
-                f"unit={self.unit!r}, path={self.path!r}, edit={self.edit!r},\n  base={self.base!r},\n"
+                f"unit={self.unit!r}, path={self.path!r}, only={self.only!r}, edit={self.edit!r},\n  base={self.base!r},\n"
                 f"  other={self.other!r})")
 
 
@@ -228,19 +229,43 @@ def stated_sensitivities(manifest: Any) -> list[float]:
     return out
 
 
+def event_multipliers(manifest: dict) -> list[float]:
+    """The noise multipliers (σ/Δ, b/Δ) of the events the manifest says were charged."""
+    events = (manifest.get("privacy") or {}).get("events") or []
+    return [float(e["noise_multiplier"]) for e in events if "noise_multiplier" in e]
+
+
 def draw_violations(label: str, d0: list[Draw], d1: list[Draw], manifests: tuple[dict, dict]) -> list[str]:
-    """The ways the recorded draws of D (``d0``) and D′ (``d1``) break their stated sensitivity."""
+    """The ways the recorded draws of D (``d0``) and D′ (``d1``) break their stated sensitivity.
+
+    Per draw: the same public scale and Δ on both sides; the change of the
+    exact values at most Δ in the noise's norm; Δ one the manifest states —
+    a number under a ``*sensitivity*`` key (a manifest that states none has
+    a Δ that depends on earlier outputs, e.g. the explicit tensor power
+    method's 6c‖u‖∞²: there the next check carries it) — and, for additive
+    draws, scale = Δ × the noise multiplier of a charged event (what the
+    ledger accounts).
+    """
     bad: list[str] = []
     if len(d0) != len(d1):
         return [f"{label}: {len(d0)} draws on the base, {len(d1)} on the neighbour (the draws depend on the data)"]
     stated = stated_sensitivities(manifests[0]) + stated_sensitivities(manifests[1])
+    multipliers = event_multipliers(manifests[0])
     for i, (a, b) in enumerate(zip(d0, d1)):
         norm_name, order = _NORMS[a.kind]
         if a.kind != b.kind or not math.isclose(a.scale, b.scale) or not math.isclose(a.sensitivity, b.sensitivity):
             bad.append(f"{label}: draw {i} differs in public parameters: {a.kind} scale {a.scale} Δ {a.sensitivity} "
                        f"vs {b.kind} scale {b.scale} Δ {b.sensitivity}")
             continue
-        if not any(math.isclose(a.sensitivity, s, rel_tol=1e-9) for s in stated):
+        charged = a.kind == "noisy_min" or any(
+            math.isclose(a.scale, z * a.sensitivity, rel_tol=1e-9) for z in multipliers)
+        if not charged:
+            bad.append(f"{label}: draw {i} ({a.kind}) has scale {a.scale} for Δ = {a.sensitivity}: no charged event "
+                       f"has that noise multiplier (charged: {multipliers})")
+        elif a.kind == "noisy_min" and not any(math.isclose(a.sensitivity, s, rel_tol=1e-9) for s in stated):
+            bad.append(f"{label}: draw {i} (noisy_min) uses score sensitivity {a.sensitivity}, which the manifest "
+                       f"does not state (stated: {sorted(set(stated))})")
+        elif stated and not any(math.isclose(a.sensitivity, s, rel_tol=1e-9) for s in stated):
             bad.append(f"{label}: draw {i} ({a.kind}) uses Δ = {a.sensitivity}, which the manifest does not state "
                        f"(stated: {sorted(set(stated))})")
         change = float(np.linalg.norm(b.values - a.values, ord=order))

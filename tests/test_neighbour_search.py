@@ -91,8 +91,8 @@ def _second_moment_calls(variant: str, neighbors: str, m: int, unit: str | None)
             continue
         kw = dict(columns=COLUMNS, epsilon=EPS, delta=DELTA, mechanism=name, neighbors=neighbors,
                   max_rows_per_unit=m, privacy_unit=unit, norm_bound=B)
-        if task == "linear_regression":
-            kw.update(label=LABEL, fit_intercept=variant == "intercept")
+        if task == "linear_regression":  # adassp maps bounds back through the intercept: it needs one
+            kw.update(label=LABEL, fit_intercept=variant in ("intercept", "bounds", "bounds_auto"))
         if task == "pca":
             kw.update(k=1)
         if variant == "clipping_report":
@@ -235,6 +235,10 @@ def pairs(draw, family: str) -> Pair:
     m = draw(st.sampled_from(MS))
     unit = "uid" if m > 1 else draw(st.sampled_from(["uid", None]))
     path = draw(st.sampled_from(["spark", "parquet"]))
+    only = None
+    if PROFILE == "fast":  # one registry entry per example (the audit profile runs them all on every pair)
+        names = [c.kwargs["mechanism"] for c in CALLS[family](variant, neighbors, m, unit)]
+        only = draw(st.sampled_from(names))
     if unit is None:  # row level: every row is a unit
         raw = draw(st.lists(rows, max_size=6))
         units = [(i, (r,)) for i, r in enumerate(raw)]
@@ -261,7 +265,7 @@ def pairs(draw, family: str) -> Pair:
         i = draw(st.integers(0, len(units) - 1))
         rs = (draw(rows),) if unit is None else draw(st.one_of(vanishing_unit(m), unit_rows(m)))
         other, edit = units[:i] + [(units[i][0], rs)] + units[i + 1:], f"replace unit {units[i][0]!r}"
-    return Pair(family, variant, neighbors, m, unit, path, base, Dataset(tuple(other)), edit)
+    return Pair(family, variant, neighbors, m, unit, path, base, Dataset(tuple(other)), edit, only)
 
 
 # -- known defects (fixed on other branches; remove the entry and the .xfail markers at merge) -----------------
@@ -276,7 +280,9 @@ def known_defect(pair: Pair, message: str) -> str | None:
 
 def _check(runner: Runner, pair: Pair, *, pinned: bool = False) -> None:
     check_legal(pair)
-    calls = CALLS[pair.family](pair.variant, pair.neighbors, pair.m, pair.unit)
+    calls = [c for c in CALLS[pair.family](pair.variant, pair.neighbors, pair.m, pair.unit)
+             if pair.only in (None, c.kwargs["mechanism"])]
+    assert calls, f"no registry entry runs {pair!r}"
     t0 = time.time()
     found, passes = run_pair(runner, pair, calls)
     STATS.append((pair.family, pair.variant, pair.neighbors, pair.m, pair.unit, pair.path, len(calls), passes,
@@ -296,7 +302,7 @@ def runner(spark, tmp_path_factory):
     return Runner(spark, str(tmp_path_factory.mktemp("neighbour-search")))
 
 
-def _seed(family: str, variant: str, neighbors: str, m: int, unit, path: str) -> Pair:
+def _seed(family: str, variant: str, neighbors: str, m: int, unit, path: str, only: str | None = None) -> Pair:
     """The seed example of a variant: a unit of clipped rows replaced (or removed) by one whose rows vanish,
     next to a unit over m rows, a duplicated row, a null unit and a row at the bound."""
     clipped = (0, (CLIPPED,) * m)
@@ -309,18 +315,45 @@ def _seed(family: str, variant: str, neighbors: str, m: int, unit, path: str) ->
         base = (clipped, over, null)
         other = ((0, (VANISHING,) * m),) + base[1:] if neighbors == "replace" else base[1:]
     return Pair(family, variant, neighbors, m, unit, path, Dataset(base), Dataset(other),
-                "replace the clipped unit by a vanishing one" if neighbors == "replace" else "remove the clipped unit")
+                "replace the clipped unit by a vanishing one" if neighbors == "replace" else "remove the clipped unit",
+                only)
 
 
 def _seeds(family: str) -> list[Pair]:
-    """One seed per variant, relations, m and input paths rotating over them."""
-    out = []
+    """One seed per variant; relations, m, input paths and (fast profile) registry entries rotate over them.
+
+    Fast profile: the seeds together run every registry entry of the family
+    (a rotation over the entries each variant takes, checked below).
+    """
+    out, ran = [], []
+    takers = {}  # entry -> how many variants take it (the rarest unrun entry goes first)
+    for v in VARIANTS[family]:
+        for n in {c.kwargs["mechanism"] for c in CALLS[family](v, "add_remove", 1, "uid")}:
+            takers[n] = takers.get(n, 0) + 1
     for i, v in enumerate(VARIANTS[family]):
         rel = RELATIONS[i % 2]
         m = MS[(i // 2) % 2] if not (family == "tensor_rows" and v == "fresh") else 1
-        path = ("parquet", "spark")[(i // 4) % 2] if family != "tensor_rows" else ("spark", "parquet")[i % 2]
-        out.append(_seed(family, v, rel, m, "uid", path))
+        path = ("parquet", "spark")[(i // 3) % 2] if family != "tensor_rows" else ("spark", "parquet")[i % 2]
+        names = [c.kwargs["mechanism"] for c in CALLS[family](v, rel, m, "uid")]
+        at_one = [c.kwargs["mechanism"] for c in CALLS[family](v, rel, 1, "uid")]
+        if not [n for n in names if n not in ran] and [n for n in at_one if n not in ran]:
+            m, names = 1, at_one  # an entry not run yet that takes only one row per unit
+        fresh = sorted((n for n in names if n not in ran), key=lambda n: takers[n])
+        only = (fresh or names)[0] if fresh else names[i % len(names)]
+        ran.append(only)
+        out.append(_seed(family, v, rel, m, "uid", path, None if PROFILE == "audit" else only))
     return out
+
+
+def test_fast_seeds_run_every_registry_entry():
+    """In the fast profile the seeds alone run every registry entry of each family (once at least)."""
+    if PROFILE == "audit":
+        pytest.skip("the audit profile runs every entry on every pair")
+    for family in VARIANTS:
+        ran = {p.only for p in _seeds(family)}
+        every = {c.kwargs["mechanism"] for v in VARIANTS[family] for rel in RELATIONS for m in MS
+                 for c in CALLS[family](v, rel, m, "uid")}
+        assert ran == every, (family, sorted(every - ran))
 
 
 def _with_seeds(family: str):
@@ -337,7 +370,7 @@ DEFECT_CLIPPING_REPLACE = {
     m: Pair("second_moment", "clipping_report", "replace", m, "uid", "spark",
             Dataset(((0, (CLIPPED,) * m), (1, ((0.1, -0.2, 0.3, "d", -2.0),)))),
             Dataset(((0, (VANISHING,) * m), (1, ((0.1, -0.2, 0.3, "d", -2.0),)))),
-            "replace the clipped unit by all-NaN rows")
+            "replace the clipped unit by all-NaN rows", "analyze_gauss")
     for m in (1, 2)
 }
 _DEFECT_REASON = ("clipping report: replace sensitivity 2m-1 is too small when the replacing unit's rows vanish under "
@@ -421,3 +454,17 @@ def test_search_machinery_catches_an_understated_sensitivity():
     assert len(bad) == 1 and "moved by 2" in bad[0]
     bad = draw_violations("x", d0, d0, ({"privacy": {"sensitivity": 2.0}}, {}))
     assert len(bad) == 1 and "does not state" in bad[0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _write_stats():
+    """With SPARK_DP_SEARCH_STATS=<file>: one JSON line per example run (coverage matrix, timings)."""
+    yield
+    path = os.environ.get("SPARK_DP_SEARCH_STATS")
+    if path:
+        import json
+
+        with open(path, "a") as f:
+            for row in STATS:
+                f.write(json.dumps(dict(zip(("family", "variant", "neighbors", "m", "unit", "path", "entries",
+                                             "spark_passes", "seconds"), row))) + "\n")
