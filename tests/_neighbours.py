@@ -95,10 +95,13 @@ class Pair:
     other: Dataset
     edit: str
     only: str | None = None  # run only this registry entry (None: every entry the variant takes)
+    nonfinite: str = "drop"  # the nonfinite policy every release of the pair is run with
+    nulls: str = "item"  # sketches: a null item counted as an item, or dropped
 
     def __repr__(self) -> str:  # what hypothesis prints for a failing example: enough to rebuild it
         return (f"Pair(family={self.family!r}, variant={self.variant!r}, neighbors={self.neighbors!r}, m={self.m}, "
-                f"unit={self.unit!r}, path={self.path!r}, only={self.only!r}, edit={self.edit!r},\n  base={self.base!r},\n"
+                f"unit={self.unit!r}, path={self.path!r}, only={self.only!r}, nonfinite={self.nonfinite!r}, "
+                f"nulls={self.nulls!r}, edit={self.edit!r},\n  base={self.base!r},\n"
                 f"  other={self.other!r})")
 
 
@@ -430,7 +433,9 @@ def run_pair(runner: Runner, pair: Pair, calls: list[Call]) -> tuple[list[str], 
         samplers, manifests, grams = [], [], []
         for side, (df, paths) in enumerate(frames):
             sampler = Coupled(seed=7, replay=samplers[0] if side else None)
-            kwargs = dict(call.kwargs)
+            kwargs = dict(call.kwargs, nonfinite=pair.nonfinite)
+            if call.method == "count_sketch":
+                kwargs["nulls"] = pair.nulls
             if paths is not None:
                 kwargs["source_paths"] = paths
             cache = caches[side]

@@ -7,7 +7,8 @@ neighbour D′ that hypothesis draws from a grammar of adversarial edits
 nulls; a replacing unit whose rows all vanish under the ``nonfinite`` policy;
 the null unit; rows at and far above the norm bound and the bounds;
 duplicated rows (consecutive copies land in different Parquet files); units
-with more than m rows; the empty dataset. Both relations, m ∈ {1, 3} (m = 1
+with more than m rows; the empty dataset; ``nonfinite`` drop or zero (and a
+sketch's null items counted or dropped). Both relations, m ∈ {1, 3} (m = 1
 also at row level), both input paths (an in-memory frame through Spark's
 reader, and two Parquet files read by the tasks with ``source_paths``).
 
@@ -270,7 +271,9 @@ def pairs(draw, family: str) -> Pair:
         i = draw(st.integers(0, len(units) - 1))
         rs = (draw(rows),) if unit is None else draw(st.one_of(vanishing_unit(m), unit_rows(m)))
         other, edit = units[:i] + [(units[i][0], rs)] + units[i + 1:], f"replace unit {units[i][0]!r}"
-    return Pair(family, variant, neighbors, m, unit, path, base, Dataset(tuple(other)), edit, only)
+    nonfinite = draw(st.sampled_from(["drop", "zero"]))
+    nulls = draw(st.sampled_from(["item", "drop"])) if family == "sketch" else "item"
+    return Pair(family, variant, neighbors, m, unit, path, base, Dataset(tuple(other)), edit, only, nonfinite, nulls)
 
 
 # -- known defects (fixed on other branches; remove the entry and the .xfail markers at merge) -----------------
