@@ -72,7 +72,7 @@ if PROFILE not in ("fast", "audit"):
     raise ValueError(f"SPARK_DP_SEARCH_PROFILE must be 'fast' or 'audit', got {PROFILE!r}")
 SEARCH = settings.get_profile(f"neighbour-search-{PROFILE}")
 #: examples per family in the audit profile (the fast one draws SEARCH.max_examples)
-AUDIT_EXAMPLES = {"second_moment": 16, "sketch": 10, "tensor_rows": 6, "tensor_explicit": 100}
+AUDIT_EXAMPLES = {"second_moment": 30, "sketch": 24, "tensor_rows": 10, "tensor_explicit": 100}
 
 
 def _settings(family: str):
@@ -127,8 +127,8 @@ def _sketch_calls(variant: str, neighbors: str, m: int, unit: str | None) -> lis
         if variant == "weighted":
             kw.update(weight="w", bounds={"w": (-2.0, 3.0)})
         elif variant == "sketch_l2":
-            if not spec.unit_l2_clipping:
-                continue
+            if not spec.unit_l2_clipping or unit is None:
+                continue  # per-unit clipping needs a unit column
             kw.update(unit_clipping="sketch_l2", weight="w")
         elif variant == "dyadic":
             if not spec.dyadic:
@@ -240,6 +240,8 @@ def pairs(draw, family: str) -> Pair:
     if not CALLS.get(family, lambda *a: [None])(variant, neighbors, m, "uid"):
         m = 1  # the variant takes one row per unit only (tensor rows in fresh mode)
     unit = "uid" if m > 1 else draw(st.sampled_from(["uid", None]))
+    if unit is None and not CALLS.get(family, lambda *a: [None])(variant, neighbors, m, None):
+        unit = "uid"  # the variant needs a unit column (a sketch's per-unit clipping)
     path = draw(st.sampled_from(["spark", "parquet"]))
     only = None
     if PROFILE == "fast":  # one registry entry per example (the audit profile runs them all on every pair)
