@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -278,16 +277,6 @@ def pairs(draw, family: str) -> Pair:
     return Pair(family, variant, neighbors, m, unit, path, base, Dataset(tuple(other)), edit, only, nonfinite, nulls)
 
 
-# -- known defects (fixed on other branches; remove the entry and the .xfail markers at merge) -----------------
-def known_defect(pair: Pair, message: str) -> str | None:
-    """Why a violation is a known, reported defect (tolerated in generated examples only), or None."""
-    second_moment = message.split("/", 1)[0] in ("second_moment", "linear_regression", "pca")
-    if second_moment and pair.neighbors == "replace" and "(laplace)" in message:
-        return ("the clipping report's replace sensitivity 2m-1 is too small when the replacing unit's rows "
-                "vanish under the nonfinite policy (it must be 2m)")
-    return None
-
-
 def _check(runner: Runner, pair: Pair, *, pinned: bool = False) -> None:
     check_legal(pair)
     calls = [c for c in CALLS[pair.family](pair.variant, pair.neighbors, pair.m, pair.unit)
@@ -297,14 +286,10 @@ def _check(runner: Runner, pair: Pair, *, pinned: bool = False) -> None:
     found, passes = run_pair(runner, pair, calls)
     STATS.append((pair.family, pair.variant, pair.neighbors, pair.m, pair.unit, pair.path, len(calls), passes,
                   time.time() - t0))
-    known = [] if pinned else [(v, r) for v in found if (r := known_defect(pair, v))]
-    for v, reason in known:
-        warnings.warn(f"known defect ({reason}): {v}", stacklevel=1)
-    unknown = [v for v in found if v not in {k for k, _ in known}]
-    if PROFILE == "audit" and not pinned and unknown:  # keep searching; the test fails at the end (_searched)
-        FINDINGS.append(f"{pair!r}\n" + "\n".join(unknown))
+    if PROFILE == "audit" and not pinned and found:  # keep searching; the test fails at the end (_searched)
+        FINDINGS.append(f"{pair!r}\n" + "\n".join(found))
         return
-    assert not unknown, "neighbour search: stated sensitivity exceeded\n" + "\n".join(unknown) + f"\n{pair!r}"
+    assert not found, "neighbour search: stated sensitivity exceeded\n" + "\n".join(found) + f"\n{pair!r}"
 
 
 STATS: list[tuple] = []  # one row per example run (the report's coverage matrix)
@@ -386,8 +371,8 @@ def _with_seeds(family: str):
     return deco
 
 
-# Defect found by the search on the code this branch starts from: the clipping report under replace, a clipped
-# row replaced by an all-NaN row (dropped by nonfinite="drop"): (clipped, rows) moves by 2m in L1; stated 2m-1.
+# The defect this search found on its first run: the clipping report under replace, a clipped row replaced by an
+# all-NaN row (dropped by nonfinite="drop") moves (clipped, rows) by 2m in L1, where the manifest stated 2m-1.
 DEFECT_CLIPPING_REPLACE = {
     m: Pair("second_moment", "clipping_report", "replace", m, "uid", "spark",
             Dataset(((0, (CLIPPED,) * m), (1, ((0.1, -0.2, 0.3, "d", -2.0),)))),
@@ -395,16 +380,14 @@ DEFECT_CLIPPING_REPLACE = {
             "replace the clipped unit by all-NaN rows", "analyze_gauss")
     for m in (1, 2)
 }
-_DEFECT_REASON = ("clipping report: replace sensitivity 2m-1 is too small when the replacing unit's rows vanish under "
-                  "nonfinite=drop; fixed on the clipping-report branch (remove this marker when it is merged)")
 
 
 # -- the searches ------------------------------------------------------------------------------------------------
 @_settings("second_moment")
 @given(pair=pairs("second_moment"))
 @_with_seeds("second_moment")
-@example(pair=DEFECT_CLIPPING_REPLACE[1]).xfail(raises=AssertionError, reason=_DEFECT_REASON)
-@example(pair=DEFECT_CLIPPING_REPLACE[2]).xfail(raises=AssertionError, reason=_DEFECT_REASON)
+@example(pair=DEFECT_CLIPPING_REPLACE[1])
+@example(pair=DEFECT_CLIPPING_REPLACE[2])
 def _second_moment_search(runner, pair):
     _check(runner, pair, pinned=pair in DEFECT_CLIPPING_REPLACE.values())
 
