@@ -213,6 +213,7 @@ def _release(
         task=task, mechanism=plan.mechanism, release_id=release_id, request=request, events=events,
         budget=Budget(request["epsilon"], request["delta"]), compute=compute, noise=noise, privacy=privacy,
         manifest=extra, config_sha256=config_sha256, lineage=functools.partial(input_lineage, df),
+        spark=getattr(df, "sparkSession", None),
     ))
 
 

@@ -645,6 +645,7 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         manifest={"columns": [r.column], "params": r.params, "policies": policies, "sketch": sketch_info(None, None),
                   "heavy_hitters": hh_info, "source": r.source_info},
         config_sha256=r.config_sha256, lineage=functools.partial(input_lineage, r.df),
+        spark=getattr(r.df, "sparkSession", None),
     )
 
 

@@ -290,7 +290,8 @@ def tensor_decomposition(
     context = {name: value for name, value in locals().items() if name != "explicit"}
     plan = (_explicit_plan if explicit else _rows_plan)(**context)
     # What the release is computed from (a DataFrame's tables/files, a .npy path, or in memory): manifest + ledger.
-    return run_release(session, dataclasses.replace(plan, lineage=functools.partial(input_lineage, data)))
+    return run_release(session, dataclasses.replace(plan, lineage=functools.partial(input_lineage, data),
+                                                    spark=getattr(data, "sparkSession", None)))
 
 
 def _explicit_plan(
