@@ -15,6 +15,7 @@ before anything is charged.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -69,7 +70,19 @@ def get_spark(app_name: str = "spark-dp", *, master: str | None = None, conf: di
             builder = builder.config(key, value)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    if not launched_by_submit:
+        # Stop the local session this call started before the interpreter exits: a JVM left to its shutdown
+        # hooks while Python tears down races the block manager's cleanup ("Failed to delete: /tmp/blockmgr-…").
+        atexit.register(_stop_quietly, session)
+    return session
+
+
+def _stop_quietly(session: SparkSession) -> None:
+    try:
+        session.stop()
+    except Exception:  # noqa: BLE001 - at exit: a JVM already gone is fine
+        pass
 
 
 # The probe's source, compiled into a module that does not exist on the workers, so cloudpickle ships the

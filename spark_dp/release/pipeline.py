@@ -107,7 +107,9 @@ class ReleasePlan:
         compute: computes the exact summary (the Spark work happens here).
         noise: ``noise(exact, chokepoint) -> Noised``; the chokepoint is None
             for a plan that is not private.
-        release_id: idempotency key (None: a new one).
+        release_id: idempotency key (None: a private release gets the default
+            id of :func:`~spark_dp.release.ids.default_release_id`, a release
+            that charges nothing a new one).
         config_sha256: digest of the job config, if run from one.
         mode: ``private``, ``public_input`` or ``nonprivate`` (module doc).
         lineage: ``lineage(key) -> dict``, what the release is computed from

@@ -247,7 +247,9 @@ def count_sketch(
             (default: for string items only; True hashes integers too, so
             any integers count).
         release_id: idempotency key (a release id seen before returns the
-            stored release: no new noise, no new charge).
+            stored release: no new noise, no new charge). None: the default
+            id from the dataset, this request and the input's lineage
+            (:func:`spark_dp.release.ids.default_release_id`).
         confidence: the level of the noise intervals of the release's
             arrays and estimates, in (0, 1) (post-processing, no privacy cost).
         config_sha256: the job config's digest, recorded in the manifest.

@@ -192,7 +192,9 @@ def tensor_decomposition(
         entry_scale: c in the ``tensor_entry`` relation T' − T = ±c·sym(eᵢ⊗eⱼ⊗eₖ).
         nonfinite, dimension, privacy_unit, max_rows_per_unit: row handling,
             as in :func:`spark_dp.second_moment.api.second_moment`.
-        release_id: idempotency key.
+        release_id: idempotency key (None: for a private release, the
+            default id from the dataset, the request and the input's lineage,
+            :func:`spark_dp.release.ids.default_release_id`).
         confidence: the level of the eigenvalue intervals, in (0, 1)
             (post-processing, no privacy cost).
         rng: generator for the random starts only (never privacy noise);
