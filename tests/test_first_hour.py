@@ -297,7 +297,7 @@ def test_to_pandas_labels_every_family(spark, tmp_path):
 
     ad = dp.linear_regression(df, ["a", "b"], "y", norm_bound=2.0, mechanism="adassp", **kw)
     assert ad.to_pandas("coefficients")["feature"].tolist() == ["a", "b"]
-    assert ad.to_pandas("xtx")["row"].unique().tolist() == ["a", "b"]
+    assert ad.to_pandas("xtx")["row"].unique().tolist() == ["a", "b", "intercept"]  # fit_intercept: the constant
     assert ad.to_pandas("lambda")["parameter"].tolist() == ["lambda"]
 
     pca = dp.pca(df, ["a", "b", "c"], 2, norm_bound=1.0, **kw)
