@@ -205,7 +205,7 @@ def preview_release(session: DPSession, plan: ReleasePlan, run: DryRun) -> Previ
     if rid is None:  # the id the release would get: the default one (metadata only, no Spark job)
         from spark_dp.release.pipeline import _lineage, _release_id
 
-        rid = _release_id(session, plan, _lineage(plan))
+        rid = _release_id(session, plan, _lineage(session, plan))
         common["release_id"] = rid
     if (charge := session.ledger.lookup(rid)) is not None:
         stored, refuse = _stored_status(session, charge, plan.request_sha256)
