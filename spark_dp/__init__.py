@@ -7,8 +7,12 @@ layer and the ledger tools import without Spark.
 from typing import TYPE_CHECKING, Any
 
 from spark_dp._version import __version__
+from spark_dp._worker_python import default_worker_python
 from spark_dp.errors import BudgetExceededError, ConfigError, ReleaseConflictError, SchemaError, SparkDPError
 from spark_dp.release import Release, load_release
+
+# Local Spark workers run this interpreter unless PYSPARK_PYTHON says otherwise (spark_dp/_worker_python.py).
+default_worker_python()
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession

@@ -40,6 +40,14 @@ class LedgerError(SparkDPError):
     """The ledger cannot be opened or is inconsistent."""
 
 
+class WorkerEnvironmentError(SparkDPError):
+    """The Spark session's Python workers cannot run spark-dp (another Python, without spark-dp or numpy/pyarrow).
+
+    Raised by the first release on a session, before anything is charged, with
+    one line saying which Python the workers run and how to fix it.
+    """
+
+
 class SparkDPDeprecationWarning(FutureWarning):
     """A renamed parameter or config key was used (shown by default: a FutureWarning, meant for users).
 

@@ -14,20 +14,31 @@ coordinates of the build matching the installed Spark line to
 for Delta, the ``spark_catalog`` implementation. A session that exists
 already (a notebook, Databricks, spark-submit, Spark Connect) is used as it
 is: its owner configured its jars.
+
+:func:`check_workers` runs once per session, before a release's first Spark
+job: a one-row Python UDF (pickled by value, so it runs even where spark-dp
+is missing) reports which Python the workers run and whether it imports
+spark-dp, numpy, pyarrow and pandas; if not, the release stops with one line
+saying how to fix it (:class:`~spark_dp.errors.WorkerEnvironmentError`),
+before anything is charged.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
+import json
 import logging
 import os
+import re
 import sys
+import weakref
 from collections.abc import Iterator
 
 from pyspark.sql import SparkSession
 
-from spark_dp.errors import ConfigError
+from spark_dp.errors import ConfigError, WorkerEnvironmentError
 
 log = logging.getLogger("spark_dp")
 
@@ -175,11 +186,12 @@ def get_spark(app_name: str = "spark-dp", *, master: str | None = None, conf: di
             builder = builder.config(key, value)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    if not extra:
-        return builder.getOrCreate()
     try:
-        return builder.getOrCreate()
-    except Exception as exc:  # the JVM did not start: Ivy could not resolve the packages (its report is on stderr)
+        session = builder.getOrCreate()
+    except Exception as exc:
+        if not extra:
+            raise
+        # the JVM did not start: Ivy could not resolve the packages (its report is on stderr)
         wanted = ", ".join(sorted(f for f in formats if f in TABLE_FORMAT_PACKAGES))
         raise ConfigError(
             f"Spark could not start with the jars for format {wanted} ({extra['spark.jars.packages']}): most likely "
@@ -187,3 +199,116 @@ def get_spark(app_name: str = "spark-dp", *, master: str | None = None, conf: di
             "report is above). Run once where Maven Central is reachable (the jars are then cached in ~/.ivy2), "
             "or download those jars and give them with spark.jars; nothing was charged. "
             f"({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
+    if not launched_by_submit:
+        # Stop the local session this call started before the interpreter exits: a JVM left to its shutdown
+        # hooks while Python tears down races the block manager's cleanup ("Failed to delete: /tmp/blockmgr-…").
+        atexit.register(_stop_quietly, session)
+    return session
+
+
+def _stop_quietly(session: SparkSession) -> None:
+    try:
+        session.stop()
+    except Exception:  # noqa: BLE001 - at exit: a JVM already gone is fine
+        pass
+
+
+# The probe's source, compiled into a module that does not exist on the workers, so cloudpickle ships the
+# function by value: it runs in a worker that cannot import spark_dp, and reports what that worker has.
+_PROBE_SOURCE = """
+def probe(_):
+    import importlib, json, sys
+    missing, version = [], None
+    for name in ("numpy", "pyarrow", "pandas", "spark_dp"):
+        try:
+            module = importlib.import_module(name)
+        except Exception:
+            missing.append(name)
+        else:
+            version = getattr(module, "__version__", None) if name == "spark_dp" else version
+    return json.dumps({"python": sys.executable, "version": "%d.%d.%d" % tuple(sys.version_info[:3]),
+                       "missing": missing, "spark_dp": version})
+"""
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # sessions whose workers passed
+_CANNOT_RUN = re.compile(r'Cannot run program "([^"]*)"')
+_VERSION_MISMATCH = re.compile(r"Python in worker has different version:? \(?([0-9., ]+)\)? than that in driver:? "
+                               r"\(?([0-9., ]+)\)?")
+
+
+def _probe_udf():
+    from pyspark.sql import functions as F
+
+    namespace: dict = {"__name__": "spark_dp_worker_probe"}
+    exec(compile(_PROBE_SOURCE, "<spark-dp worker probe>", "exec"), namespace)  # noqa: S102 - our own constant
+    return F.udf(namespace["probe"], "string", useArrow=False)
+
+
+def _master(spark: SparkSession) -> str | None:
+    try:
+        return spark.conf.get("spark.master", None)
+    except Exception:  # noqa: BLE001 - e.g. a Connect server that hides it
+        return None
+
+
+def _fix(spark: SparkSession) -> str:
+    """How to make the workers run a Python with spark-dp, for this session's master."""
+    master = _master(spark) or ""
+    exe = sys.executable
+    if master.startswith("local"):
+        env = os.environ.get("PYSPARK_PYTHON")
+        if env and env != exe:
+            how = f"PYSPARK_PYTHON is {env!r}: set it to this interpreter ({exe})"
+        else:
+            how = (f"set PYSPARK_PYTHON={exe}, or import spark_dp before creating the session (it sets that), or "
+                   "get the session with spark_dp.runtime.get_spark()")
+        return (f"local workers run the PYSPARK_PYTHON of when the session started: {how}; then stop the session "
+                "(spark.stop()) and create it again")
+    return ("install spark-dp with its dependencies for the workers' Python (README, 'Running on a cluster': "
+            "spark-submit --archives dist/spark-dp-env.tar.gz#environment with "
+            "spark.pyspark.python=./environment/bin/python), or point PYSPARK_PYTHON / spark.pyspark.python at "
+            "a Python that has it")
+
+
+def check_workers(spark: SparkSession | None) -> None:
+    """Checks, once per session, that its Python workers can run spark-dp; WorkerEnvironmentError (one line) if not.
+
+    One Spark job of one row, run before the first release's Spark work (and
+    before its charge). A probe that fails for a reason it does not recognise
+    is logged and skipped: the release then runs (and fails) as it would have.
+    """
+    if spark is None:
+        return
+    try:
+        if spark in _CHECKED:
+            return
+    except TypeError:  # not weak-referenceable: check every time (one tiny job)
+        pass
+    try:
+        text = spark.range(1, numPartitions=1).select(_probe_udf()("id").alias("probe")).collect()[0]["probe"]
+    except Exception as exc:  # noqa: BLE001 - read what the failure says about the workers
+        msg = str(exc)
+        if (m := _CANNOT_RUN.search(msg)) is not None:
+            raise WorkerEnvironmentError(
+                f"The Spark session's Python workers cannot start: Spark cannot run {m.group(1)!r} "
+                f"(PYSPARK_PYTHON / spark.pyspark.python); {_fix(spark)}.") from None
+        if (m := _VERSION_MISMATCH.search(msg)) is not None:
+            raise WorkerEnvironmentError(
+                f"The Spark session's Python workers run Python {m.group(1).strip()}, this driver "
+                f"{m.group(2).strip()}; {_fix(spark)}.") from None
+        log.warning("could not check the Spark workers' Python (%s); going on", type(exc).__name__)
+        return
+    found = json.loads(text)
+    if found["missing"]:
+        raise WorkerEnvironmentError(
+            f"The Python workers of this Spark session cannot import {', '.join(found['missing'])}: they run "
+            f"{found['python'] or 'an unknown Python'} (Python {found['version']}), this driver runs {sys.executable}; "
+            f"{_fix(spark)}.")
+    from spark_dp._version import __version__
+
+    if found["spark_dp"] != __version__:
+        log.warning("the Spark workers run spark-dp %s, this driver %s: install the same version on both",
+                    found["spark_dp"], __version__)
+    try:
+        _CHECKED[spark] = True
+    except TypeError:
+        pass

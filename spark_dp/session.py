@@ -137,7 +137,11 @@ class DPSession:
         ledger: ledger URI, ``sqlite:///path.db`` (relative) or
             ``sqlite:////abs/path.db``.
         epsilon_limit, delta_limit: the dataset's total budget; required the
-            first time a dataset is seen, and must match afterwards.
+            first time a dataset is seen (the first release registers it),
+            optional afterwards. A limit other than the one the ledger holds
+            is refused here (ConfigError), never ignored: the ledger's limit
+            changes only explicitly (``session.ledger.set_limit`` or
+            ``spark-dp ledger --set-limit``, both recorded).
         output: directory under which releases are written.
         lifetime_limit: ``(epsilon, delta)`` (or a Budget): a lifetime cap over
             every period of the dataset. A dataset id ``sales@2026-11-30`` is a
@@ -177,6 +181,8 @@ class DPSession:
             V.check_option("sampler", sampler, SAMPLERS, owner=owner)
         self.sampler = make_sampler(sampler)
         self.ledger = open_ledger(self.ledger_uri)
+        if self.limit is not None:  # another limit than the ledger's is refused now, not at some later release
+            self.ledger.check_limit(self.dataset_id, self.limit)
         self.lifetime_limit = None
         if lifetime_limit is not None:
             lt = (lifetime_limit.epsilon, lifetime_limit.delta) if isinstance(lifetime_limit, Budget) else lifetime_limit

@@ -118,8 +118,9 @@ def test_whole_release_round_trips_do_not_grow_with_d(spark, tmp_path, source):
             df.write.parquet(str(tmp_path / f"wide{d}"))
             df = spark.read.parquet(str(tmp_path / f"wide{d}"))
         cols = [f"c{i}" for i in range(d)]
-        dp.second_moment(df, cols, epsilon=1.0, delta=1e-9, norm_bound=1.0)  # warm-up: imports, workers
+        # explicit ids: the same call without one would return the stored release (no new release to measure)
+        dp.second_moment(df, cols, epsilon=1.0, delta=1e-9, norm_bound=1.0, release_id=f"warm-{source}-{d}")
         with py4j_calls() as n:
-            dp.second_moment(df, cols, epsilon=1.0, delta=1e-9, norm_bound=1.0)
+            dp.second_moment(df, cols, epsilon=1.0, delta=1e-9, norm_bound=1.0, release_id=f"measured-{source}-{d}")
         counts[d] = n[0]
     assert counts[150] <= counts[10] + 20, f"JVM round trips of a release grow with d: {counts}"

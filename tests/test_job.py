@@ -92,7 +92,9 @@ def test_over_budget_fails_before_spark_and_writes_nothing(tmp_path, capsys):
     cfg = _config(tmp_path, **{"privacy.epsilon": 5.0, "ledger.epsilon_limit": 1.0})
     rc = cli_main(["release", write_config(tmp_path, cfg)])
     err = capsys.readouterr().err
-    assert rc == 2 and "budget" in err and err.count("\n") == 1
+    # a refusal has its own exit code (3) and says what the release needs and what is left
+    assert rc == 3 and err.startswith("spark-dp: refused: ") and err.count("\n") == 1, err
+    assert "needs epsilon=" in err and "left: epsilon=1" in err and "delta_limit" in err
     assert charges(tmp_path) == 0 and written(tmp_path) == []
 
 
@@ -121,7 +123,6 @@ BAD = [
     ("bad_ledger_uri", {"ledger.uri": "mysql://x/y"}, "'ledger.uri'"),
     ("release_id_path", {"release_id": "../evil"}, "'release_id'"),
     ("max_rows_zero", {"dataset.max_rows_per_unit": 0}, "'dataset.max_rows_per_unit'"),
-    ("over_budget", {"privacy.epsilon": 4.0}, "budget"),
 ]
 
 

@@ -113,7 +113,7 @@ def test_every_period_is_checked_against_the_lifetime_cap(any_ledger_uri):
     assert rows["other"]["lifetime_dataset"] is None
     # The period's own limit still holds on its own.
     ledger.set_lifetime_limit("shop", Budget(100.0, DELTA))
-    with pytest.raises(BudgetExceededError, match="Privacy budget of dataset 'shop@2026-01-01' exhausted"):
+    with pytest.raises(BudgetExceededError, match="Privacy budget of dataset 'shop@2026-01-01' would be exceeded"):
         _charge(ledger, "r7", "shop@2026-01-01")
     _charge(ledger, "r8", "shop@2026-01-04")
 

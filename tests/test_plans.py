@@ -205,7 +205,7 @@ def test_daily_plan_is_idempotent_and_refuses_when_the_period_is_spent(spark, tm
     out, err = capsys.readouterr()
     res = {r["entry"]: r for r in json.loads(out)["entries"]}
     assert res["cov"]["status"] == "stored"
-    assert res["cov_again"]["status"] == "refused" and "exhausted" in res["cov_again"]["message"]
+    assert res["cov_again"]["status"] == "refused" and "would be exceeded" in res["cov_again"]["message"]
     assert "refused: entry 'cov_again'" in err
     assert ledger.status("shop.events@2026-11-23")[0].releases == 1
     assert not (tmp_path / "releases" / "shop.cov_again.2026-11-23").exists()

@@ -202,7 +202,7 @@ def test_explicit_tensor_previews_match_the_release(tmp_path):
 def test_over_budget_is_reported_not_raised_and_the_release_then_refuses(frames, tmp_path):
     dp = _session(tmp_path, epsilon_limit=1.0)
     p = dp.preview.second_moment(frames, ["a", "b"], epsilon=2.0, delta=1e-6, norm_bound=1.0)
-    assert p.would_refuse and "exhausted" in p.reason and p.cost["epsilon"] == 0.0
+    assert p.would_refuse and "would be exceeded" in p.reason and p.cost["epsilon"] == 0.0
     assert p.budget["epsilon_spent_after"] == p.budget["epsilon_spent_before"] == 0.0
     assert _ledger_rows(tmp_path).get("charges", []) == []
     with pytest.raises(BudgetExceededError):

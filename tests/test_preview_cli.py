@@ -74,9 +74,9 @@ def test_release_dry_run_reports_a_refusal_with_exit_0(spark, tmp_path, capsys):
     assert cli_main(["release", "--dry-run", path]) == 0
     out, err = capsys.readouterr()
     preview = json.loads(out)
-    assert preview["would_refuse"] and "exhausted" in preview["reason"] and "would be refused" in err
+    assert preview["would_refuse"] and "would be exceeded" in preview["reason"] and "would be refused" in err
     assert not (tmp_path / "ledger.db").exists() and not (tmp_path / "releases").exists()
-    assert cli_main(["release", path]) == 2  # the real run refuses: a request error, nothing charged
+    assert cli_main(["release", path]) == 3  # the real run refuses (exit 3: a budget refusal), nothing charged
     assert open_ledger(f"sqlite:///{tmp_path}/ledger.db").all_charges() == []
     assert cli_main(["release", "--n", "5", path]) == 2  # --n without --dry-run is a request error
 

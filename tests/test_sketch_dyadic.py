@@ -269,7 +269,7 @@ def test_merge_dyadic_releases(spark, session, zipf):
     top_item = vocab[np.argmax(counts)]
     assert top_item in named  # the merged sketch sees ≈ 1.5× the rows: same top item
     # mismatched parts are refused
-    fresh = count_sketch(session, a_df, "q", **kw)  # other seeds and domain hash
+    fresh = count_sketch(session, a_df, "q", release_id="fresh", **kw)  # other seeds and domain hash (a new id: a new release)
     with pytest.raises(ConfigError, match="seeds|domain_hash"):
         merge_sketches([a, fresh])
     other_levels = count_sketch(session, a_df, "q", **{**kw, "levels": 20})

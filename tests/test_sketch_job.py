@@ -135,7 +135,8 @@ def test_api_estimates_distributed_join_and_merge(spark, tmp_path, data):
     assert merged.privacy["epsilon"] > 1.0 and len(merged.privacy["events"]) == 2
     assert merged.privacy["noise_sigma"] == pytest.approx(np.sqrt(2) * r1.privacy["noise_sigma"])
     assert np.allclose(estimate(merged, ["q0"]), 2 * estimate(r1, ["q0"]), atol=8 * merged.privacy["noise_sigma"])
-    r3 = count_sketch(sess, df, "query", epsilon=1.0, delta=1e-6, repetitions=5, buckets=256)
+    # a new release on purpose (an explicit id: the same call without one returns r1), with fresh seeds
+    r3 = count_sketch(sess, df, "query", epsilon=1.0, delta=1e-6, repetitions=5, buckets=256, release_id="r3")
     with pytest.raises(ConfigError, match="other hash seeds"):
         merge_sketches([r1, r3])
     with pytest.raises(SchemaError, match="holds long items"):

@@ -237,14 +237,14 @@ def test_api_source_paths_give_the_same_release(spark, tmp_path, strings_dir, mo
     monkeypatch.setattr(sk, "sketch_table_parquet", lambda *a, **kw: calls.append(a) or original(*a, **kw))
     df = spark.read.parquet(strings_dir)
     kw = dict(epsilon=1.0, delta=1e-6, repetitions=5, buckets=64, weight="w", seeds=SEEDS[:5])
-    direct = _session(tmp_path, 1).count_sketch(df, "item", source_paths=[strings_dir], **kw)
+    direct = _session(tmp_path, 1).count_sketch(df, "item", source_paths=[strings_dir], release_id="direct", **kw)
     assert calls == [([strings_dir], "item")] and spy == []
-    auto = _session(tmp_path, 1).count_sketch(df, "item", **kw)  # detected: a plain Parquet scan (issue 15)
+    auto = _session(tmp_path, 1).count_sketch(df, "item", release_id="auto", **kw)  # detected: a plain Parquet scan (issue 15)
     assert len(calls) == 2 and calls[1][0] == sorted(df.inputFiles()) and spy == []
     import spark_dp.sketch.api as sketch_api
 
     monkeypatch.setattr(sketch_api, "choose_source_paths", lambda *a, **k: None)  # the Spark reader
-    via_spark = _session(tmp_path, 1).count_sketch(df, "item", **kw)
+    via_spark = _session(tmp_path, 1).count_sketch(df, "item", release_id="via-spark", **kw)  # ids: three releases
     assert len(spy) == 1
     assert np.array_equal(direct["sketch"], via_spark["sketch"])  # same exact table + same noise draws
     assert np.array_equal(auto["sketch"], via_spark["sketch"])

@@ -132,7 +132,7 @@ def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
             session.ledger.check(config.dataset.id, plan_events(config), session.limit, unit=config_unit(config))
         if spark is None and config.spec.needs_spark:
             spark = get_spark(f"spark-dp {config.task}", config.table_formats)
-        log.info("release %s: task %s (%s) on dataset %s", config.release_id or "(new id)", config.task,
+        log.info("release %s: task %s (%s) on dataset %s", config.release_id or "(default id)", config.task,
                  config.mechanism, config.dataset.id)
         with spark_tag(spark if config.spec.needs_spark else None,
                        f"spark-dp:{config.task}:{config.release_id or config.dataset.id}"):

@@ -12,8 +12,14 @@
     spark-dp report RELEASE_DIR [--out FILE]                      Markdown/HTML report with plots
     spark-dp audit --ledger URI OUTPUT_ROOT [--json]              releases vs ledger charges (exit 1 on problems)
 
-Bad requests print one line ``spark-dp: error: …`` and exit 2 (no traceback); ``audit`` exits 1
-when it finds a problem.
+Exit codes: 0 done; 2 a bad request (one line ``spark-dp: error: …``, no traceback); 3 a budget
+refusal (one line ``spark-dp: refused: …``: what the release needs, what is spent and left; nothing
+charged or written; ``plan run`` exits 3 too when an entry is refused); 1 ``audit`` found a problem,
+or ``plan run`` had an entry fail.
+
+``--master URL`` (or the ``SPARK_DP_MASTER`` variable) chooses the master of the local session the
+command starts (default ``local[N]``, N = this machine's cores); ignored under ``spark-submit`` and
+with ``SPARK_REMOTE`` (Spark Connect).
 """
 
 from __future__ import annotations
@@ -21,9 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+import warnings
 
-from spark_dp.errors import SparkDPError
+from spark_dp.errors import BudgetExceededError, SparkDPError
+
+EXIT_ERROR = 2  # a bad request
+EXIT_REFUSED = 3  # a budget refusal: the request was fine, the dataset's budget cannot pay for it
 
 log = logging.getLogger("spark_dp")
 
@@ -34,6 +45,11 @@ def _setup_logging(verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("spark_dp").setLevel(logging.INFO)
+
+
+SPENT_NOTE = ("dataset_epsilon_spent is the exact composition of all the dataset's charges, stated at its "
+              "dataset_delta_limit: not the sum of the releases' epsilons (each at its own delta), so it can be "
+              "less than one release's epsilon and grows less than their sum")
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
@@ -60,11 +76,14 @@ def _cmd_release(args: argparse.Namespace) -> int:
         "table": config.output.table,
         "reused": release.reused,
         "input_changed": release.input_changed,  # a reused release: its input changed since (None: cannot tell)
-        "epsilon": release.privacy["epsilon"],
+        "epsilon": release.privacy["epsilon"],  # what this release was calibrated to (epsilon at its own delta)
         "delta": release.privacy["delta"],
         "dataset_id": config.dataset.id,
         "dataset_epsilon_spent": status[0].spent_epsilon if status else None,
         "dataset_epsilon_remaining": status[0].remaining_epsilon if status else None,
+        "dataset_epsilon_limit": status[0].limit.epsilon if status else None,
+        "dataset_delta_limit": status[0].limit.delta if status else None,
+        "note": SPENT_NOTE,
     }
     print(json.dumps(summary, indent=2))
     return 0
@@ -144,23 +163,26 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     if args.json:
         print(ledger.to_json(args.dataset))
         return 0
-    print(f"{'dataset':<32} {'releases':>8} {'eps spent':>10} {'eps limit':>10} {'eps left':>10} {'delta':>10}  "
+    print(f"{'dataset':<32} {'releases':>8} {'eps spent':>10} {'eps limit':>10} {'eps left':>10} {'delta_limit':>11}  "
           f"{'privacy unit':<16} {'m':>4}  neighbours")
     for s in rows:
         # The privacy unit is fixed by the dataset's first release; '-' until then. Its stored form: row,
         # tensor_entry or column:<name> (a column may be named row).
         unit, m, rel = (s.unit.stored, str(s.unit.max_per_unit), s.unit.neighbors) if s.unit else ("-", "-", "-")
         print(f"{s.dataset_id:<32} {s.releases:>8} {s.spent_epsilon:>10.4f} {s.limit.epsilon:>10.4g} "
-              f"{s.remaining_epsilon:>10.4f} {s.limit.delta:>10.3g}  {unit:<16} {m:>4}  {rel}")
+              f"{s.remaining_epsilon:>10.4f} {s.limit.delta:>11.3g}  {unit:<16} {m:>4}  {rel}")
     lifetimes = ([lt] if (lt := ledger.lifetime_status(args.dataset)) else []) if args.dataset else \
         ledger.lifetime_statuses()
     if lifetimes:
         # A lifetime cap covers the dataset and all its periods <dataset>@<period> (exact composition).
         print(f"\n{'lifetime of dataset':<32} {'periods':>8} {'releases':>8} {'eps spent':>10} {'eps limit':>10} "
-              f"{'eps left':>10} {'delta':>10}")
+              f"{'eps left':>10} {'delta_limit':>11}")
         for lt in lifetimes:
             print(f"{lt.dataset_id:<32} {lt.periods:>8} {lt.releases:>8} {lt.spent_epsilon:>10.4f} "
-                  f"{lt.limit.epsilon:>10.4g} {lt.remaining_epsilon:>10.4f} {lt.limit.delta:>10.3g}")
+                  f"{lt.limit.epsilon:>10.4g} {lt.remaining_epsilon:>10.4f} {lt.limit.delta:>11.3g}")
+    if rows:
+        print("\neps spent: the exact composition of the dataset's charges at its delta_limit (not the sum of the "
+              "releases' epsilons, each stated at its own delta)")
     return 0
 
 
@@ -174,6 +196,10 @@ def _add_sketch_commands(sub) -> None:
         out.writerow([header, "estimate"])
         for item, est in rows:
             out.writerow(["" if item is None else item, repr(float(est))])
+
+    def _say_cut(note: str | None) -> None:
+        if note is not None:  # fewer than --top: say what cut them (stderr: stdout stays CSV)
+            print(f"spark-dp: heavy-hitters: {note}", file=sys.stderr)
 
     def _estimate(args: argparse.Namespace) -> int:
         import csv
@@ -209,18 +235,30 @@ def _add_sketch_commands(sub) -> None:
         top = args.top
         if args.candidates is None and view.stack is not None:
             # dyadic release: decode the released stack (post-processing); a hashed domain yields hashed ids
-            rows = heavy_hitters(view, None, top=top, threshold=args.threshold)
+            rows = heavy_hitters(release, None, top=top, threshold=args.threshold)
             _write_csv(rows, "hashed_id" if view.hash_seed is not None else "item")
+            _say_cut(rows.note)
             return 0
         if args.candidates is None:
             stored = (release.manifest.get("heavy_hitters") or {}).get("items")
             if stored is None:
                 raise SparkDPError("Release has no heavy hitters of its own; give --candidates PATH "
                                    "(or build the release with heavy_hitters.levels for none).")
+            from spark_dp.sketch.estimate import heavy_hitters_note
+
+            hh = release.manifest["heavy_hitters"]
             rows = [(r["item"], r["estimate"]) for r in stored]
             if args.threshold is not None:
                 rows = [r for r in rows if r[1] >= args.threshold]
-            _write_csv(rows[: top or len(rows)])
+            rows = rows[: top or len(rows)]
+            _write_csv(rows)
+            # stored at release: at most the release's top, cut by its threshold (or by --threshold here)
+            want = min(top or hh.get("top") or len(rows), hh.get("top") or len(rows))
+            thr = args.threshold if args.threshold is not None else hh.get("threshold")
+            _say_cut(heavy_hitters_note(len(rows), want, thr, "given" if args.threshold is not None
+                                        else hh.get("threshold_rule")))
+            if top and hh.get("top") and top > hh["top"]:
+                _say_cut(f"the release stored its top {hh['top']}; more need --candidates")
             return 0
         from spark_dp.sketch.estimate import check_candidate_files, check_candidates_location, release_source
 
@@ -257,7 +295,9 @@ def _add_sketch_commands(sub) -> None:
                                           qualified=qualified_table(spark, args.candidates))
             cands = read_dataset(spark, args.candidates, args.format)
             check_candidate_files(cands.inputFiles(), manifest, param="--candidates")
-        _write_csv(heavy_hitters(view, cands, col, top=top, threshold=args.threshold))
+        rows = heavy_hitters(release, cands, col, top=top, threshold=args.threshold)
+        _write_csv(rows)
+        _say_cut(rows.note)
         return 0
 
     p = sub.add_parser("estimate", help="frequency estimates with their noise intervals from a count_sketch "
@@ -399,6 +439,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``spark-dp`` command line: one subcommand per action."""
     parser = argparse.ArgumentParser(prog="spark-dp", description="Differentially private releases on Apache Spark.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO")
+    parser.add_argument("--master", help="master URL of the local Spark session a command starts (default: "
+                        "$SPARK_DP_MASTER, else local[N] with N = this machine's cores); ignored under spark-submit "
+                        "and with SPARK_REMOTE")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("release", help="run a release job from a YAML config")
     p.add_argument("config", help="path to the job's YAML config")
@@ -436,18 +479,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs ``spark-dp``; returns the exit code (2 for a request error, with one line naming it)."""
+    """Runs ``spark-dp``; returns the exit code (2 a request error, 3 a budget refusal: one line each)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
-    try:
-        return int(args.func(args) or 0)
-    except SparkDPError as exc:
-        print(f"spark-dp: error: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:  # e.g. float('abc') on a CLI argument
-        print(f"spark-dp: error: {exc}", file=sys.stderr)
-        return 2
+    if args.master:
+        os.environ["SPARK_DP_MASTER"] = args.master  # read by spark_dp.runtime.get_spark
+    with warnings.catch_warnings():
+        # pyspark 4.x warns on every pandas >= 3 import that its own pandas features may not all work; spark-dp's
+        # use of pandas is tested on pandas 3 (README, "Supported versions"), so the command line says nothing.
+        warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+        try:
+            return int(args.func(args) or 0)
+        except BudgetExceededError as exc:
+            print(f"spark-dp: refused: {exc}", file=sys.stderr)
+            return EXIT_REFUSED
+        except SparkDPError as exc:
+            print(f"spark-dp: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        except ValueError as exc:  # e.g. float('abc') on a CLI argument
+            print(f"spark-dp: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
 
 
 if __name__ == "__main__":

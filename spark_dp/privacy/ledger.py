@@ -189,9 +189,27 @@ def _lifetime_mismatch(base: str, stored: Budget, limit: Budget) -> ConfigError:
 def _limit_mismatch(dataset_id: str, stored: Budget, limit: Budget) -> ConfigError:
     return ConfigError(
         f"Dataset {dataset_id!r} has ledger limit epsilon={stored.epsilon:g}, delta={stored.delta:g}; "
-        f"the request says epsilon={limit.epsilon:g}, delta={limit.delta:g}. "
-        "Change it explicitly with 'spark-dp ledger --set-limit'."
+        f"the request says epsilon={limit.epsilon:g}, delta={limit.delta:g}. The ledger's limit stands: give "
+        "it (or no limit, in Python), or change it explicitly with 'spark-dp ledger --set-limit' "
+        "(Python: session.ledger.set_limit)."
     )
+
+
+def _refusal(what: str, limit_name: str, past: Sequence[Event], new: Sequence[Event], after: float,
+             limit: Budget, command: str = "--set-limit") -> str:
+    """The one-line refusal: what the release needs, what is spent and left, and the composition it was checked by.
+
+    ε is reported at the limit's δ (the ledger's ``delta_limit``), composed
+    exactly, so a release's own ε there differs from the (ε, δ) it was
+    calibrated to, and ε's of several releases do not add up.
+    """
+    spent = compose_epsilon(list(past), limit.delta) if past else 0.0
+    need = compose_epsilon(list(new), limit.delta)
+    left = max(0.0, limit.epsilon - spent)
+    return (f"{what} would be exceeded: this release needs epsilon={need:.4g} on its own and, composed exactly with "
+            f"what is spent (epsilon={spent:.4g}), would bring it to {after:.4g}, over {limit_name} epsilon="
+            f"{limit.epsilon:g}; left: epsilon={left:.4g} (all at the delta_limit {limit.delta:g}). Ask for a "
+            f"smaller epsilon, or raise the limit explicitly with 'spark-dp ledger {command}'.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -650,6 +668,19 @@ class Ledger:
             raise _limit_mismatch(dataset_id, stored, limit)
         return stored
 
+    def limit(self, dataset_id: str) -> Budget | None:
+        """The dataset's registered limit (None: not in the ledger yet). Read-only."""
+        with self._reading() as con:
+            row = con.execute(
+                "SELECT epsilon_limit, delta_limit FROM datasets WHERE dataset_id = ?", (dataset_id,)).fetchone()
+        return None if row is None else Budget(float(row[0]), float(row[1]))
+
+    def check_limit(self, dataset_id: str, limit: Budget) -> None:
+        """ConfigError if ``dataset_id`` is registered with another limit than ``limit`` (read-only)."""
+        stored = self.limit(dataset_id)
+        if stored is not None and stored != limit:
+            raise _limit_mismatch(dataset_id, stored, limit)
+
     def set_limit(self, dataset_id: str, limit: Budget) -> None:
         """Sets a dataset's limit explicitly (recorded in ``limit_changes``)."""
         with self._transaction(dataset_id) as con:
@@ -736,12 +767,9 @@ class Ledger:
         past = self._group_events(con, base)
         eps = compose_epsilon([*past, *new], cap.delta)
         if eps > cap.epsilon:
-            spent = compose_epsilon(past, cap.delta)
-            raise BudgetExceededError(
-                f"Lifetime privacy budget of dataset {base!r} exhausted: its periods have spent epsilon={spent:.4g} "
-                f"of the lifetime {cap.epsilon:g} (at delta={cap.delta:g}, exact composition of all periods); "
-                f"this release on {dataset_id!r} would bring it to {eps:.4g}."
-            )
+            raise BudgetExceededError(_refusal(f"Lifetime privacy budget of dataset {base!r}",
+                                               f"the lifetime cap (over all periods; this release is on {dataset_id!r})",
+                                               past, new, eps, cap, "--set-lifetime-limit"))
         return eps
 
     def group_events(self, dataset_id: str) -> list[Event]:
@@ -864,11 +892,8 @@ class Ledger:
     def _check(past: list[Event], new: Sequence[Event], dataset_id: str, limit: Budget) -> float:
         eps = compose_epsilon([*past, *new], limit.delta)
         if eps > limit.epsilon:
-            spent = compose_epsilon(past, limit.delta)
-            raise BudgetExceededError(
-                f"Privacy budget of dataset {dataset_id!r} exhausted: spent epsilon={spent:.4g} of "
-                f"{limit.epsilon:g} (at delta={limit.delta:g}); this release would bring it to {eps:.4g}."
-            )
+            raise BudgetExceededError(_refusal(f"Privacy budget of dataset {dataset_id!r}", "its limit", past, new,
+                                               eps, limit))
         return eps
 
     def charge(

@@ -42,7 +42,7 @@ from spark_dp.privacy import Budget, Chokepoint
 from spark_dp.privacy.events import Event, event_to_dict
 from spark_dp.privacy.ledger import UnitDeclaration
 from spark_dp.release import storage
-from spark_dp.release.ids import canonical_sha256, check_release_id, new_release_id
+from spark_dp.release.ids import canonical_sha256, check_release_id, default_release_id, new_release_id
 from spark_dp.release.lineage import input_changed
 from spark_dp.release.release import (
     MANIFEST_SCHEMA_VERSION,
@@ -107,7 +107,9 @@ class ReleasePlan:
         compute: computes the exact summary (the Spark work happens here).
         noise: ``noise(exact, chokepoint) -> Noised``; the chokepoint is None
             for a plan that is not private.
-        release_id: idempotency key (None: a new one).
+        release_id: idempotency key (None: a private release gets the default
+            id of :func:`~spark_dp.release.ids.default_release_id`, a release
+            that charges nothing a new one).
         config_sha256: digest of the job config, if run from one.
         mode: ``private``, ``public_input`` or ``nonprivate`` (module doc).
         lineage: ``lineage(key) -> dict``, what the release is computed from
@@ -115,7 +117,12 @@ class ReleasePlan:
             the ledger's lineage key (file digests are keyed with it), before
             any Spark job, into the manifest's ``input`` and the ledger charge.
             Never part of the request digest (a re-run over changed input
-            finds its stored release). None: recorded as unknown.
+            under the same explicit release id finds its stored release); part
+            of the default release id (:func:`~spark_dp.release.ids.default_release_id`).
+            None: recorded as unknown.
+        spark: the SparkSession ``compute`` runs on (None: no Spark work);
+            its Python workers are checked once per session before the first
+            Spark job (:func:`spark_dp.runtime.check_workers`).
 
     The level of the release's intervals (manifest ``uncertainty.level``) is
     the request's ``confidence`` (:func:`confidence_request`: present only
@@ -135,6 +142,7 @@ class ReleasePlan:
     config_sha256: str | None = None
     mode: str = "private"
     lineage: Callable[[bytes], Mapping[str, Any]] | None = None
+    spark: Any = None
     request_sha256: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -208,12 +216,14 @@ def run_release(session: DPSession, plan: ReleasePlan) -> Release:
         return preview_release(session, plan, dry)  # type: ignore[return-value]
     if plan.mode != "private":
         return _run_not_private(session, plan)
-    rid = new_release_id(plan.task) if plan.release_id is None else check_release_id(plan.release_id, owner=plan.task)
     lineage = _lineage(session, plan)  # once per release, before any Spark job (metadata only)
+    rid = _release_id(session, plan, lineage)
     existing = session.ledger.lookup(rid)
     if existing is not None:
-        return note_input_change(stored_release(session, existing, request_sha256=plan.request_sha256), lineage,
-                                 existing.lineage)
+        stored = stored_release(session, existing, request_sha256=plan.request_sha256)
+        if plan.release_id is None:
+            _note_default_reuse(stored, lineage)
+        return note_input_change(stored, lineage, existing.lineage)
 
     storage.check_root(session.output)  # an output that cannot be written fails before the charge
     cp = Chokepoint(
@@ -221,6 +231,7 @@ def run_release(session: DPSession, plan: ReleasePlan) -> Release:
         sampler=session.sampler, limit=session.limit, unit=unit_of(plan.privacy),
     )
     cp.check(list(plan.events))  # over budget → raises here, before any Spark work
+    _check_workers(plan)  # workers that cannot run spark-dp → one line, before the charge
     exact = plan.compute()
     budget = plan.budget
     assert budget is not None  # __post_init__
@@ -253,6 +264,31 @@ def run_release(session: DPSession, plan: ReleasePlan) -> Release:
     return release
 
 
+def _release_id(session: DPSession, plan: ReleasePlan, lineage: Mapping[str, Any] | None) -> str:
+    """The plan's release id: the one it was given (checked), else the default one for its request and input."""
+    if plan.release_id is not None:
+        return check_release_id(plan.release_id, owner=plan.task)
+    return default_release_id(plan.task, session.dataset_id, plan.request_sha256, lineage)
+
+
+def _note_default_reuse(release: Release, lineage: Mapping[str, Any] | None) -> None:
+    """Says that a call without a release id returned an earlier identical release (and how to make a new one)."""
+    cannot_tell = not lineage or lineage.get("kind") in (None, "in_memory", "unknown")
+    log.warning(
+        "release %s: the same request %s was released before (%s); returning it: no new noise, no new charge. "
+        "To release again on purpose (charged again), pass a new release_id=.", release.release_id,
+        ("on an input spark-dp cannot fingerprint (in memory: it cannot tell whether the data changed)"
+         if cannot_tell else "on the same input (files / table versions unchanged)"),
+        release.manifest.get("created_at", "earlier"))
+
+
+def _check_workers(plan: ReleasePlan) -> None:
+    if plan.spark is not None:
+        from spark_dp.runtime import check_workers
+
+        check_workers(plan.spark)
+
+
 def _record_crash(session: DPSession, rid: str, reason: str) -> None:
     try:
         session.ledger.record_crash(rid, reason)
@@ -276,6 +312,7 @@ def _run_not_private(session: DPSession, plan: ReleasePlan) -> Release:
         rel.reused = True
         return note_input_change(rel, lineage)
     storage.check_root(root)
+    _check_workers(plan)
     log.warning("%s: mechanism %r is NOT differentially private; use it on public data only", plan.task, plan.mechanism)
     noised = plan.noise(plan.compute(), None)
     manifest = _manifest(session, plan, rid, noised, privacy={

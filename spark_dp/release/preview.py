@@ -98,7 +98,8 @@ class Preview:
 
     Attributes:
         task, mechanism, dataset_id: as the release's manifest would say.
-        release_id: the given release id (None: the release would make a new one).
+        release_id: the release's id: the given one, or for a private release the default one
+            (:func:`~spark_dp.release.ids.default_release_id`; None: a non-private release would make a new one).
         request_sha256: the request digest the release would record.
         private: False for a release that charges nothing (public input / the
             explicit non-private opt-in).
@@ -201,7 +202,12 @@ def preview_release(session: DPSession, plan: ReleasePlan, run: DryRun) -> Previ
     events = list(plan.events)
     notes: list[str] = []
     stored, refuse = False, None
-    if rid is not None and (charge := session.ledger.lookup(rid)) is not None:
+    if rid is None:  # the id the release would get: the default one (metadata only, no Spark job)
+        from spark_dp.release.pipeline import _lineage, _release_id
+
+        rid = _release_id(session, plan, _lineage(session, plan))
+        common["release_id"] = rid
+    if (charge := session.ledger.lookup(rid)) is not None:
         stored, refuse = _stored_status(session, charge, plan.request_sha256)
     pending = run.pending.get(session.dataset_id, [])
     if pending:

@@ -144,6 +144,24 @@ class Release:
     def privacy(self) -> dict[str, Any]:
         return self.manifest["privacy"]
 
+    def to_pandas(self, name: str, items: Any = None):
+        """Array ``name`` as a pandas DataFrame: labelled entries with ``value``, ``stderr``, ``low``, ``high``.
+
+        One row per entry; its position is named from the manifest (feature
+        columns for coefficients and matrix rows/columns, ``component``,
+        ``repetition``/``bucket``…; :mod:`spark_dp.release.frame`). Error
+        columns are NaN where the array has none (``stderr`` also for bounds).
+        count_sketch releases also give ``to_pandas("heavy_hitters")`` and
+        ``to_pandas("estimates", items=[...])``.
+
+        Args:
+            name: a payload array (``rel.arrays``), or for sketches ``heavy_hitters`` / ``estimates``.
+            items: the items to estimate, with ``estimates`` only.
+        """
+        from spark_dp.release.frame import to_pandas
+
+        return to_pandas(self, name, items)
+
     def __repr__(self) -> str:
         shapes = {k: v.shape for k, v in self.arrays.items()}
         return f"Release(id={self.release_id!r}, arrays={shapes}, path={self.path!r}, reused={self.reused})"

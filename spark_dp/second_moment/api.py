@@ -213,6 +213,7 @@ def _release(
         task=task, mechanism=plan.mechanism, release_id=release_id, request=request, events=events,
         budget=Budget(request["epsilon"], request["delta"]), compute=compute, noise=noise, privacy=privacy,
         manifest=extra, config_sha256=config_sha256, lineage=functools.partial(input_lineage, df),
+        spark=getattr(df, "sparkSession", None),
     ))
 
 
@@ -281,9 +282,12 @@ def second_moment(
             Not for array/vector columns. With Analyze Gauss (post-processing
             ``none``) ``matrix`` carries intervals in the data's units: the
             noise mapped back, T·N·Tᵀ, has an exact per-entry sd.
-        release_id: idempotency key; a new one is made if None. A release
-            id seen before returns the stored release (no new noise or
-            charge).
+        release_id: idempotency key. A release id seen before returns the
+            stored release (no new noise or charge). None: the default id
+            from the dataset, this request and the input's lineage
+            (:func:`spark_dp.release.ids.default_release_id`), so the same
+            call on the same input spends once; give a new id to release
+            again on purpose.
         confidence: the level of the intervals released with every array
             (columns ``stderr``/``low``/``high``; ``Release.interval``),
             in (0, 1); post-processing, no privacy cost.

@@ -28,7 +28,7 @@ from spark_dp.sketch.constraints import (  # noqa: F401 - re-exported
     check_weight_bounds,
 )
 from spark_dp.sketch.constraints import PARAMS as SKETCH_PARAMS
-from spark_dp.sketch.estimate import seeds_to_payload
+from spark_dp.sketch.estimate import heavy_hitters_note, seeds_to_payload
 from spark_dp.sketch.hashing import MASK, SIGN_SALT, to_signed
 from spark_dp.sketch.mechanisms import REGISTRY, accepting, plan_sketch, release_table
 from spark_dp.sketch.uncertainty import counter_uncertainty, false_positive_rate
@@ -247,7 +247,9 @@ def count_sketch(
             (default: for string items only; True hashes integers too, so
             any integers count).
         release_id: idempotency key (a release id seen before returns the
-            stored release: no new noise, no new charge).
+            stored release: no new noise, no new charge). None: the default
+            id from the dataset, this request and the input's lineage
+            (:func:`spark_dp.release.ids.default_release_id`).
         confidence: the level of the noise intervals of the release's
             arrays and estimates, in (0, 1) (post-processing, no privacy cost).
         config_sha256: the job config's digest, recorded in the manifest.
@@ -596,6 +598,9 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         found = layout.heavy_hitters(r, noisy, arrays, hs)
         if found is not None:
             manifest["heavy_hitters"] = {**hh_info, "items": [{"item": x, "estimate": v} for x, v in found]}
+            cut = heavy_hitters_note(len(found), r.top or 50, r.threshold, hh_info["threshold_rule"])
+            if cut is not None:  # fewer than top: say what cut them (post-processing of the released values)
+                manifest["heavy_hitters"]["note"] = cut
         unc = {name: counter_uncertainty(arrays[name], plan.noise, counter_scale, level)
                for name in ("sketch", "dyadic_sketch", "histogram") if name in arrays}
         return Noised(arrays, manifest, uncertainty=unc)
@@ -645,6 +650,7 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         manifest={"columns": [r.column], "params": r.params, "policies": policies, "sketch": sketch_info(None, None),
                   "heavy_hitters": hh_info, "source": r.source_info},
         config_sha256=r.config_sha256, lineage=functools.partial(input_lineage, r.df),
+        spark=getattr(r.df, "sparkSession", None),
     )
 
 

@@ -270,6 +270,40 @@ def estimate_df(
     return out
 
 
+class HeavyHitters(list):
+    """The result of :func:`heavy_hitters`: a list of ``(item, estimate)``, plus what cut it.
+
+    ``top`` and ``threshold`` are the values used; :attr:`note` says, when
+    fewer than ``top`` came back, that the threshold (or the number of
+    candidates) cut the rest.
+    """
+
+    def __init__(self, rows: Sequence[tuple[Any, float]], *, top: int, threshold: float | None,
+                 rule: str | None = None) -> None:
+        super().__init__(rows)
+        self.top = int(top)
+        self.threshold = None if threshold is None or not np.isfinite(threshold) else float(threshold)
+        self.threshold_rule = rule
+
+    @property
+    def note(self) -> str | None:
+        """None when ``top`` items came back; else one line saying what cut the others."""
+        return heavy_hitters_note(len(self), self.top, self.threshold, self.threshold_rule)
+
+
+def heavy_hitters_note(found: int, top: int, threshold: float | None, rule: str | None = None) -> str | None:
+    """One line saying why ``found`` < ``top`` heavy hitters came back (None if ``top`` did)."""
+    if found >= top:
+        return None
+    if threshold is None:
+        return f"{found} of top {top}: only {found} candidates have an estimate (no threshold)"
+    why = {"3 sigma": "3 standard deviations of one counter's noise, set at release",
+           "given": "given at release"}.get(rule or "", None)
+    return (f"{found} of top {top}: only {found} have an estimate >= the threshold {threshold:.6g}"
+            f"{f' ({why})' if why else ''}; a lower threshold lists more, with more false positives "
+            "(manifest heavy_hitters.false_positive_rate is the rate at the release's threshold)")
+
+
 def heavy_hitters(
     release: Release | str | SketchView,
     candidates: DataFrame | Sequence[Any] | None = None,
@@ -304,10 +338,32 @@ def heavy_hitters(
             set another); ``None`` there means no threshold.
 
     Returns:
-        ``[(item, estimate), …]`` sorted by decreasing estimate.
+        ``[(item, estimate), …]`` sorted by decreasing estimate: a
+        :class:`HeavyHitters` list, whose ``note`` says what cut it when it
+        holds fewer than ``top``.
     """
     if isinstance(release, str):
         release = load_release(release)
+    rule = None
+    if isinstance(release, Release) and threshold is None:
+        rule = (release.manifest.get("heavy_hitters") or {}).get("threshold_rule")
+    found = _heavy_hitters(release, candidates, column, top=top, threshold=threshold, estimator=estimator)
+    view = release if isinstance(release, SketchView) else SketchView.of(release)
+    top = top if top is not None else (view.top or 50)
+    thr = view.threshold if threshold is None else threshold
+    return HeavyHitters(found, top=top, threshold=thr, rule=rule if threshold is None else "given")
+
+
+def _heavy_hitters(
+    release: Release | SketchView,
+    candidates: DataFrame | Sequence[Any] | None,
+    column: str | None,
+    *,
+    top: int | None,
+    threshold: float | None,
+    estimator: str | None,
+) -> list[tuple[Any, float]]:
+    """:func:`heavy_hitters` without its result type."""
     if isinstance(release, Release) and _is_dataframe(candidates) and release_source(release.manifest):
         check_candidate_files(candidates.inputFiles(), release.manifest)
     view = release if isinstance(release, SketchView) else SketchView.of(release)

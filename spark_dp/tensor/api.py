@@ -192,7 +192,9 @@ def tensor_decomposition(
         entry_scale: c in the ``tensor_entry`` relation T' − T = ±c·sym(eᵢ⊗eⱼ⊗eₖ).
         nonfinite, dimension, privacy_unit, max_rows_per_unit: row handling,
             as in :func:`spark_dp.second_moment.api.second_moment`.
-        release_id: idempotency key.
+        release_id: idempotency key (None: for a private release, the
+            default id from the dataset, the request and the input's lineage,
+            :func:`spark_dp.release.ids.default_release_id`).
         confidence: the level of the eigenvalue intervals, in (0, 1)
             (post-processing, no privacy cost).
         rng: generator for the random starts only (never privacy noise);
@@ -290,7 +292,8 @@ def tensor_decomposition(
     context = {name: value for name, value in locals().items() if name != "explicit"}
     plan = (_explicit_plan if explicit else _rows_plan)(**context)
     # What the release is computed from (a DataFrame's tables/files, a .npy path, or in memory): manifest + ledger.
-    return run_release(session, dataclasses.replace(plan, lineage=functools.partial(input_lineage, data)))
+    return run_release(session, dataclasses.replace(plan, lineage=functools.partial(input_lineage, data),
+                                                    spark=getattr(data, "sparkSession", None)))
 
 
 def _explicit_plan(
