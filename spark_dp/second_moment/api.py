@@ -74,7 +74,7 @@ from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the
 from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.regression import regression_coefficients, solve_normal_equations
-from spark_dp.second_moment.uncertainty import adassp_uncertainty, pca_uncertainty
+from spark_dp.second_moment.uncertainty import adassp_uncertainty, matrix_offset, pca_uncertainty
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -498,12 +498,20 @@ def linear_regression(
                 xtx, xty, beta = data[:-1, :-1], data[:-1, -1], scaling.coefficients(beta, label_at)
             out = {**split(beta), "xtx": xtx, "xty": xty, **arrays}
             return Noised(out, {"solution": {**info, "adaptive_ridge": lam}}, uncertainty=unc)
-        if fit_intercept or not vec.scaled:
-            fit, info = regression_coefficients(result, ridge=ridge)
-            beta = scaling.coefficients(fit, label_at) if vec.scaled else fit
-        else:  # bounds without an intercept: the no-intercept fit in the data's units
-            fit, info = regression_coefficients(prep.data_matrix(result, norm_bound), ridge=ridge)
-            beta = fit
+        def fitted(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+            if fit_intercept or not vec.scaled:
+                fit, info = regression_coefficients(matrix, ridge=ridge)
+                return fit, (scaling.coefficients(fit, label_at) if vec.scaled else fit), info
+            # bounds without an intercept: the no-intercept fit in the data's units
+            fit, info = regression_coefficients(prep.data_matrix(matrix, norm_bound), ridge=ridge)
+            return fit, fit, info
+
+        fit, beta, info = fitted(result)
+        offset = matrix_offset(plan.mechanism, plan.privacy, plan.params, vec.size, norm_bound)
+        if offset > 0:
+            info = {**info, "ridge_in_release": ridge_in_release(
+                offset, split(beta), split(fitted(result - offset * np.eye(vec.size))[1]), plan.mechanism,
+                postprocess=plan.params.get("postprocess", "none"), scaled=vec.scaled)}
         uncertainty = regression_intervals(plan.mechanism, plan.privacy, plan.params, result, fit, scaling=scaling,
                                            label_at=label_at, norm_bound=norm_bound, fit_intercept=fit_intercept,
                                            ridge=ridge, level=confidence_of(request))
@@ -515,6 +523,34 @@ def linear_regression(
     return _release(session, df, prep, task="linear_regression", request=request, finish=finish,
                     release_id=release_id, dimension=None, config_sha256=config_sha256,
                     extra=prep.extra(columns, params, **more), source_paths=source_paths)
+
+
+def ridge_in_release(offset: float, released: dict[str, np.ndarray], without: dict[str, np.ndarray], mechanism: str,
+                     *, postprocess: str, scaled: bool) -> dict[str, Any]:
+    """The manifest's ``solution.ridge_in_release``: how much the ridge o·I kept in the matrix shrank the fit.
+
+    Post-processing of the released matrix (no privacy cost): the same fit on
+    the released matrix minus o·I gives the coefficients without the ridge;
+    ``shrinkage`` is released / without, per coefficient (1 = unchanged,
+    0.5 = halved; negative = the sign flipped). Without the ridge the fit
+    can be far noisier (that is why the ridge is there).
+    """
+    why = {"analyze_gauss": "postprocess 'shift' adds c = 2 sigma sqrt(d) to the diagonal (Sheffet's choice: the "
+                            "matrix is then PSD with high probability)",
+           "wishart": "the Wishart noise's mean k B^2 stays on the diagonal (postprocess 'shift' removes it)"}.get(
+        mechanism, "the mechanism's ridge w^2 stays on the diagonal (postprocess 'shift' removes it)")
+    out: dict[str, Any] = {
+        "ridge": float(offset), "units": "the scaled vector's (each column mapped to [-1, 1] by its bounds)"
+        if scaled else "the clipped rows'", "postprocess": postprocess,
+        "note": f"a ridge that shrinks the coefficients towards 0: {why}; the coefficients without it are the same "
+                "fit on the released matrix minus the ridge (post-processing, no privacy cost)"}
+    for name, value in released.items():
+        base = np.asarray(without[name], dtype=np.float64)
+        out[f"{name}_without_ridge"] = [float(v) for v in base]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.asarray(value, dtype=np.float64) / base
+        out[f"{name}_shrinkage"] = [float(r) if np.isfinite(r) else None for r in ratio]
+    return out
 
 
 def pca(
