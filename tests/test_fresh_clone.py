@@ -21,8 +21,6 @@ import sys
 
 import pytest
 
-from spark_dp.cli.main import main as cli_main
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
