@@ -350,9 +350,16 @@ def uncertainty_section(release: Release, *, entries: int = ENTRIES) -> list[str
         lines.append("")
     accuracy = release.manifest.get("accuracy")
     if accuracy:
+        if accuracy.get("uninformative"):
+            lines += ["**Bounds that carry no information** (noise larger than the signal they bound: more rows, a "
+                      "larger ε, or bounds closer to the data narrow them):", ""]
+            lines += [f"* {u}" for u in accuracy["uninformative"]] + [""]
         lines += ["### Further bounds", "", "| | |", "|---|---|"]
-        lines += [f"| {k} | {_fmt(x)} |" for k, x in accuracy.items()]
+        lines += [f"| {k} | {_fmt(x)} |" for k, x in accuracy.items() if k != "uninformative"]
         lines.append("")
+    if (std := release.manifest.get("standardize")):
+        lines += [f"Eigenvalues and eigenvectors are standardised (`standardize: {std['how']}`): {std['coordinates']}.",
+                  ""]
     hh = release.manifest.get("heavy_hitters") or {}
     if "false_positive_rate" in hh:
         lines += [f"Heavy-hitter threshold {_fmt(float(hh['threshold']))}: false-positive rate "

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -586,6 +586,7 @@ def pca(
     clipping_report: bool = False,
     clipping_report_share: float = DEFAULT_CLIPPING_SHARE,
     bounds_share: float = DEFAULT_BOUNDS_SHARE,
+    standardize: str = "none",
 ) -> Release:
     """Top-k principal components of the private second-moment matrix.
 
@@ -596,6 +597,16 @@ def pca(
     principal directions are those of that matrix, in the original
     coordinates (so columns in large units dominate, as without bounds).
 
+    ``standardize="bounds"`` (needs public ``bounds`` for every column)
+    gives what a scikit-learn user expects from scaled PCA instead: the
+    eigenpairs of the scaled vector, each column centred at its bounds'
+    midpoint and divided by their half-range (so it lies in [-1, 1]); no
+    column dominates by its units. Centring at the midpoint is free (public
+    bounds); centring at the data's mean is not offered (it would be a
+    function of the constant column's noisy sums and n, with its own error
+    analysis). The released ``matrix`` stays in the data's units; the
+    manifest's ``standardize`` says which coordinates the eigenpairs are in.
+
     Returns:
         A :class:`Release` with ``eigenvalues`` (k,), ``eigenvectors``
         (k, d; row i = component i) and ``matrix`` (d, d).
@@ -603,21 +614,35 @@ def pca(
     columns = list(columns) if not isinstance(columns, str) else columns
     prep = _prepare_matrix("pca", df, columns, dimension, bounds, allowed=PCA_MECHANISMS, **_shared(locals()))
     k = V.check_int("k", k, owner="pca", low=1, high=prep.d)
-    params = {**prep.params, "k": k}
+    standardize = SM_PARAMS.check("standardize", standardize, owner="pca")
+    if standardize == "bounds" and not (prep.vec.scaled and isinstance(bounds, Mapping)
+                                        and set(columns if not isinstance(columns, str) else []) <= set(bounds)):
+        raise ConfigError("The 'standardize' parameter of pca is 'bounds', which needs public 'bounds' for every "
+                          "column (each column is scaled by them).")
+    params = {**prep.params, "k": k, **({"standardize": standardize} if standardize != "none" else {})}
     request = prep.request(session, "pca", columns, prep.d, params=params, confidence=confidence,
                            config_sha256=config_sha256)
 
     def finish(released, norm_bound: float, plan: MechanismPlan, prep: Prepared) -> Noised:
         matrix = prep.data_matrix(released, norm_bound)
-        vals, vecs = principal_components(matrix, k)
         level = confidence_of(request)
         uncertainty = prep.data_matrix_uncertainty(plan, released, norm_bound, level)
         vec = prep.vec
-        t = np.delete(vec.scaling(norm_bound).transform(), vec.constant_at, axis=0) if vec.scaled else None
-        bounds, accuracy = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, released, vals, vecs,
-                                           norm_bound, level, transform=t)  # Weyl / Davis–Kahan (data units with t)
-        return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix}, {"accuracy": accuracy},
-                      uncertainty={**uncertainty, **bounds})
+        extra: dict[str, Any] = {}
+        if standardize == "bounds":  # the scaled coordinates: the release in the noise's units, constant dropped
+            t = np.delete(np.eye(vec.size), vec.constant_at, axis=0)
+            vals, vecs = principal_components(t @ released @ t.T, k)
+            extra["standardize"] = {
+                "how": "bounds", "coordinates": "each column centred at its bounds' midpoint and divided by their "
+                "half-range ((v - (lo+hi)/2) / ((hi-lo)/2), in [-1, 1]); eigenvalues and eigenvectors are in these "
+                "coordinates, the matrix in the data's units", "bounds": {c: list(b) for c, b in bounds.items()}}
+        else:
+            vals, vecs = principal_components(matrix, k)
+            t = np.delete(vec.scaling(norm_bound).transform(), vec.constant_at, axis=0) if vec.scaled else None
+        found, accuracy = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, released, vals, vecs,
+                                          norm_bound, level, transform=t)  # Weyl / Davis–Kahan (data units with t)
+        return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix}, {"accuracy": accuracy, **extra},
+                      uncertainty={**uncertainty, **found})
 
     return _release(session, df, prep, task="pca", request=request, finish=finish, release_id=release_id,
                     dimension=dimension, config_sha256=config_sha256, extra=prep.extra(columns, params),

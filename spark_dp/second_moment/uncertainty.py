@@ -419,6 +419,7 @@ def pca_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mapping[
     sub_gap = (spectrum[k - 1] - spectrum[k] - r) if k < d else math.inf
     sin_sub = 1.0 if sub_gap <= 0 else min(1.0, r / sub_gap)
     return out, {
+        "uninformative": uninformative(out["eigenvalues"], sines, sin_sub, k < d),
         "eigenvalue_bound": eig_how,
         "eigenvector_bound": "Davis-Kahan",
         "noise_spectral_norm_bound": r if math.isfinite(r) else None,  # None: no finite bound (JL/iW, small r)
@@ -427,6 +428,24 @@ def pca_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mapping[
         "subspace_bound": ("Davis-Kahan sin(theta) theorem: the largest principal angle between the released and "
                            "the true top-k eigenspace of A^T A, holding with probability >= the level"),
     }
+
+
+def uninformative(eigenvalues: Uncertainty, sines: np.ndarray, sin_subspace: float, proper: bool) -> list[str]:
+    """The PCA bounds that carry no information, each said in words (manifest ``accuracy.uninformative``).
+
+    An eigenvector whose Davis–Kahan bound is sin θ = 1 may point anywhere
+    (its entries' bounds cover every unit vector's); an eigenvalue whose
+    bound reaches 0 cannot be told from 0; likewise the top-k subspace.
+    Their cause is noise large against the eigengaps: more rows, a larger
+    ε, or bounds closer to the data narrow them.
+    """
+    out = [f"eigenvector {i + 1}: no information on its direction (Davis-Kahan sin(theta) = 1: the noise is larger "
+           "than its eigengap, so its bounds cover every unit vector)" for i in np.flatnonzero(sines >= 1.0)]
+    out += [f"eigenvalue {i + 1}: cannot be told from 0 (its bound's lower end is 0)"
+            for i in np.flatnonzero(np.asarray(eigenvalues.low) <= 0.0)]
+    if proper and sin_subspace >= 1.0:
+        out.append("the top-k subspace: no information (sin(theta) = 1)")
+    return out
 
 
 def adassp_sums_uncertainty(xtx: np.ndarray, xty: np.ndarray, sigmas, level: float, *,
