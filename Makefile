@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.spark-dp-installed
 DEMO_STAMP := $(VENV)/.spark-dp-demo-installed
 
-.PHONY: demo test dist smoke smoke-all
+.PHONY: demo test dist smoke smoke-all audit
 
 demo: $(DEMO_STAMP)
 	@$(PY) -m spark_dp.cli.demo
@@ -22,6 +22,14 @@ test: $(STAMP)
 	  { echo "make test: ruff check failed (findings above; '$(PY) -m ruff check --fix .' fixes the [*] ones)" >&2; exit 1; }
 	@bash scripts/dist.sh "$(PY)" dist
 	@SPARK_DP_DIST="$(CURDIR)/dist" $(PY) -m pytest
+
+# The neighbour search's long profile (tests/test_neighbour_search.py; docs/reliability.md has its last result):
+# every registry entry on every drawn pair, many more pairs than make test draws. One JSON line per pair
+# (coverage, Spark passes, seconds) goes to $(AUDIT_STATS).
+AUDIT_STATS ?= neighbour-search-stats.jsonl
+audit: $(STAMP)
+	@rm -f $(AUDIT_STATS)
+	@SPARK_DP_SEARCH_PROFILE=audit SPARK_DP_SEARCH_STATS=$(AUDIT_STATS) $(PY) -m pytest tests/test_neighbour_search.py -q -p no:cacheprovider
 
 # What a cluster needs (README, "Running on a cluster"): dist/spark_dp-<version>-py3-none-any.whl
 # and dist/spark-dp-env.tar.gz, a packed environment for spark-submit --archives.

@@ -86,7 +86,12 @@ def rows(reps: int):
     for n in (2_000, 20_000):
         c = adassp_coverage(p=3, n=n, epsilon=1.0, reps=reps, seed=4)
         for name in ("coefficients", "intercept", "xtx", "xty"):
-            yield (f"AdaSSP {name} (bounds, p=3)", "interval", n, 1.0, reps, c[name])
+            # λ > 0: the bias-bounded interval (kind bound) or refused (kind none, not counted)
+            kind = "interval" if name in ("xtx", "xty") or n == 20_000 else "bound"
+            cov = c.get(name, float("nan"))
+            if c.get(f"{name}_refused"):
+                cov = f"{cov:.3f} ({c[f'{name}_refused']:.0%} refused)"
+            yield (f"AdaSSP {name} (bounds, p=3)", kind, n, 1.0, reps, cov)
     # Regression coefficients (p = 2; public bounds unless "raw rows"): the parametric bootstrap through the
     # mechanism's own noise law (1,000 draws per release; the release uses 2,000). With a constant column the
     # truth is the model's (β, intercept), new errors in every release (noise+sampling); raw rows through the

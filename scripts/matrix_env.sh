@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # One virtualenv of the version matrix, with the BUILT WHEEL installed (not the source tree).
 #   scripts/matrix_env.sh NAME WHEEL [PYTHON]      prints the venv's python
-# NAME: spark35          pyspark 3.5 (latest patch), whatever pandas/numpy pip resolves
+# NAME: spark35          pyspark 3.5.7, whatever pandas/numpy pip resolves, plus the Spark Connect
+#                        client's own dependencies installed directly (pyspark 3.5's [connect] extra
+#                        pins numpy < 2, which spark-dp cannot use). 3.5.7 is the newest 3.5 patch
+#                        whose Connect server jar (spark-connect_2.12) Maven Central serves to this
+#                        project's machines: tests/test_connect35.py starts that server from this venv.
 #       spark43-pandas3  pyspark 4.3 + pandas 3, with the [connect] extra
 #       spark40, spark41, spark42   pyspark 4.0 / 4.1 / 4.2 with the [connect] extra
 #                        (the full matrix: SPARK_DP_MATRIX=full, `make smoke-all`; not in make test)
@@ -16,7 +20,7 @@ NAME=$1
 WHEEL=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 PYTHON=${3:-python3}
 case "$NAME" in
-  spark35)         extra="";          pins=("pyspark==3.5.*") ;;
+  spark35)         extra="";          pins=("pyspark==3.5.7" "grpcio>=1.56" "grpcio-status>=1.56" "googleapis-common-protos>=1.56.4") ;;
   spark43-pandas3) extra="[connect]"; pins=("pyspark==4.3.*" "pandas>=3") ;;
   spark40|spark41|spark42) extra="[connect]"; pins=("pyspark==4.${NAME#spark4}.*") ;;
   *) echo "matrix_env.sh: unknown matrix entry '$NAME' (spark35, spark43-pandas3, spark40, spark41, spark42)" >&2; exit 2 ;;

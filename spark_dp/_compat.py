@@ -10,6 +10,9 @@ call site reads the same on every version:
 * :func:`supports_job_tags` — ``SparkSession.addTag``/``removeTag`` work on
   classic sessions from 4.0; on 3.5 only Spark Connect has them (classic 3.5
   raises ``RuntimeError``).
+* ``spark_dp.params.is_dataframe`` — pyspark 3.5's Connect ``DataFrame`` is
+  not a ``pyspark.sql.DataFrame`` (4.0 made it a subclass); it lives in
+  ``params`` because it must work where pyspark is not imported.
 
 Nothing here touches SparkContext or the RDD API (the deployment test's
 static check covers this module too).

@@ -36,8 +36,17 @@ root sharing the ledger), or its crash was recorded
 as written inside this root whose directory is gone is **missing**; a
 charge never written and with no recorded crash is **unwritten**.
 
-Reads manifests as JSON (no payload is loaded) and the ledger read-only;
-needs no Spark.
+For every lifetime group of the ledger whose periods declared different
+privacy units or neighbour relations (possible in ledgers written before the
+group's declaration was checked): **mixed_units** while no unit has been
+chosen for the group (the ledger then refuses to open for releases), a
+``units_kept`` note once an administrator chose one
+(``spark-dp ledger --keep-unit-of PERIOD``): the mixed releases stay in the
+history, the group's later charges are of the chosen unit.
+
+Reads manifests as JSON (no payload is loaded) and the ledger read-only
+(open it with ``open_ledger(uri, strict=False)`` to audit a ledger that mixes
+units); needs no Spark.
 """
 
 from __future__ import annotations
@@ -58,8 +67,8 @@ NONPRIVATE_DIR = "nonprivate"
 _REL_TOL = 1e-9
 
 # Problems make the audit fail; notes do not.
-PROBLEMS = ("orphan", "mismatch", "missing", "unwritten", "unreadable")
-NOTES = ("nonprivate", "derived", "crashed", "elsewhere", "skipped")
+PROBLEMS = ("orphan", "mismatch", "missing", "unwritten", "unreadable", "mixed_units")
+NOTES = ("nonprivate", "derived", "crashed", "elsewhere", "skipped", "units_kept")
 
 
 @dataclass(frozen=True)
@@ -371,6 +380,14 @@ def audit_releases(ledger: Ledger, root: str) -> AuditReport:
                                                          "but the release directory is gone"))
         else:
             add(Finding("elsewhere", rid, charge.location, f"charged ({where}); written outside this root"))
+
+    for conflict in ledger.unit_conflicts():  # periods of one lifetime cap that protect different units
+        if conflict.kept is None:
+            add(Finding("mixed_units", None, None, f"{conflict.describe()}: the lifetime cap composes them as one "
+                        "relation; choose the group's unit with 'spark-dp ledger --keep-unit-of PERIOD'"))
+        else:
+            add(Finding("units_kept", None, None, f"{conflict.describe()}; the group keeps {conflict.kept!r}'s "
+                        "declaration for later charges"))
     return report
 
 

@@ -9,8 +9,9 @@ One row per charge, in charge order, the form a governance dashboard reads
   over ``PATH``), so a dashboard never reads half an export;
 * a catalog table (``db.tbl``, ``catalog.db.tbl``; anything else): the same
   rows through ``spark.createDataFrame(arrow table)`` and
-  ``saveAsTable(mode="overwrite")`` in the session's default table format
-  (classic Spark and Spark Connect). Each export replaces the table with the
+  ``saveAsTable(mode="overwrite")`` in the session's default table format or
+  the one ``--export-format`` names (``delta``, ``iceberg``; classic Spark and
+  Spark Connect). Each export replaces the table with the
   whole ledger; on Delta the overwrite is one atomic commit, on plain Parquet
   tables a reader during the overwrite may see it missing or partial.
 
@@ -36,7 +37,8 @@ Columns (:data:`SCHEMA`):
 * ``input_kind`` (``table``, ``files``, ``in_memory``, ``unknown``; null for
   charges from before ledger schema 4) and ``input`` — the release's input
   lineage (:mod:`spark_dp.release.lineage`) as JSON: table names with their
-  version where the source has one, or a digest of the input files. Never data.
+  version where the source has one, or a keyed digest of the input files
+  (HMAC under the ledger's lineage key, which is never exported). Never data.
 """
 
 from __future__ import annotations
@@ -133,13 +135,30 @@ def is_table_target(target: str) -> bool:
     return "/" not in target and os.sep not in target and not target.lower().endswith(".parquet")
 
 
-def export_charges_table(spark, ledger: Ledger, table: str) -> int:
-    """Replaces the catalog table ``table`` with every charge of ``ledger``; returns the row count."""
+def export_charges_table(spark, ledger: Ledger, table: str, *, format: str | None = None) -> int:  # noqa: A002
+    """Replaces the catalog table ``table`` with every charge of ``ledger``; returns the row count.
+
+    ``format``: the table format (``parquet``, ``delta``, ``iceberg``), or None
+    for the session's default (``spark.sql.sources.default``).
+    """
     from spark_dp.params import check_table_name
 
     check_table_name(table, key="--export")
     rows = charges_table(ledger)
-    spark.createDataFrame(rows).write.mode("overwrite").saveAsTable(table)
+    from spark_dp._compat import SPARK4
+
+    if SPARK4:
+        frame = spark.createDataFrame(rows)
+    else:  # pyspark 3.5's createDataFrame takes no Arrow table: its pandas form, with the same (Arrow) schema
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        frame = spark.createDataFrame(rows.to_pandas(), schema=from_arrow_schema(rows.schema))
+    if format in (None, "parquet"):
+        writer = frame.write.mode("overwrite")
+        writer = writer if format is None else writer.format(format)
+        writer.saveAsTable(table)
+    else:  # Delta / Iceberg: one atomic REPLACE TABLE ... AS SELECT (DataFrameWriterV2; classic and Connect)
+        frame.writeTo(table).using(format).createOrReplace()
     return rows.num_rows
 
 

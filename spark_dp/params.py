@@ -281,3 +281,21 @@ def check_path_exists(path: str) -> None:
         local = urlparse(path).path if path.startswith("file:") else path
         if not os.path.exists(local):
             raise SchemaError(f"Input path {path!r} does not exist.")
+
+
+def is_dataframe(x: Any) -> bool:
+    """Whether ``x`` is a Spark DataFrame: classic, or a Spark Connect one.
+
+    pyspark 3.5's Connect ``DataFrame`` (``pyspark.sql.connect.dataframe``) is
+    not a subclass of ``pyspark.sql.DataFrame`` (4.x made it one), so
+    ``isinstance(x, pyspark.sql.DataFrame)`` is False on a Databricks 15.4 / 16.4
+    LTS serverless or shared cluster. Nothing is imported: a DataFrame exists
+    only once its module is loaded.
+    """
+    import sys
+
+    for name in ("pyspark.sql.dataframe", "pyspark.sql.connect.dataframe"):
+        module = sys.modules.get(name)
+        if module is not None and isinstance(x, module.DataFrame):
+            return True
+    return False

@@ -4,15 +4,30 @@ Order: the active session (notebooks, Databricks, spark-submit after the
 user built one) → ``SPARK_REMOTE`` (Spark Connect) → a session from the
 spark-submit launcher's conf → a local session sized for this machine.
 Library code never touches ``SparkContext`` or the RDD API.
+
+Table formats (:func:`table_format_conf`): a job that reads or writes Delta
+Lake or Apache Iceberg tables needs their jars on the classpath when the JVM
+starts. When spark-dp creates the local session itself, it adds the Maven
+coordinates of the build matching the installed Spark line to
+``spark.jars.packages`` (Spark's own Ivy resolution fetches them once into
+``~/.ivy2``, or where ``spark.jars.ivy`` says) with the SQL extension and,
+for Delta, the ``spark_catalog`` implementation. A session that exists
+already (a notebook, Databricks, spark-submit, Spark Connect) is used as it
+is: its owner configured its jars.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 import sys
+from collections.abc import Iterator
 
 from pyspark.sql import SparkSession
+
+from spark_dp.errors import ConfigError
 
 log = logging.getLogger("spark_dp")
 
@@ -28,7 +43,98 @@ LOCAL_CONF = {
 }
 
 
-def get_spark(app_name: str = "spark-dp", *, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+# The table formats whose jars spark-dp arranges, per Spark line (major.minor): the Maven coordinates of
+# the build made for that line (Delta Lake 3.3 for Spark 3.5; from Delta 4.1 on, one artifact per Spark
+# minor, `delta-spark_<spark minor>_2.13`; Iceberg's runtime is per Spark minor as well). A line missing
+# here has no release of that format yet: the error says so instead of loading a build for another line.
+TABLE_FORMAT_PACKAGES: dict[str, dict[str, str]] = {
+    "delta": {
+        "3.5": "io.delta:delta-spark_2.12:3.3.3",  # 3.3.3: REPLACE TABLE AS SELECT fails with 3.3.2 on Spark >= 3.5.6
+        "4.0": "io.delta:delta-spark_4.0_2.13:4.4.0",
+        "4.1": "io.delta:delta-spark_4.1_2.13:4.4.0",
+        "4.2": "io.delta:delta-spark_4.2_2.13:4.4.0",
+    },
+    "iceberg": {
+        "3.5": "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.1",
+        "4.0": "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.1",
+        "4.1": "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0",
+    },
+}
+_EXTENSIONS = {"delta": "io.delta.sql.DeltaSparkSessionExtension",
+               "iceberg": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"}
+_NAMES = {"delta": "Delta Lake", "iceberg": "Apache Iceberg"}
+
+
+_NEEDED_FORMATS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("spark_dp_formats", default=())
+
+
+@contextlib.contextmanager
+def formats_needed(formats) -> Iterator[None]:
+    """While the block runs, a session :func:`get_spark` creates also gets ``formats``' jars.
+
+    A plan runs several jobs in one session, created by the first that needs
+    Spark: it must carry the jars of every format the plan's jobs use.
+    """
+    token = _NEEDED_FORMATS.set(tuple(sorted(set(_NEEDED_FORMATS.get()) | set(formats))))
+    try:
+        yield
+    finally:
+        _NEEDED_FORMATS.reset(token)
+
+
+def spark_line(version: str | None = None) -> str:
+    """The installed (or given) Spark version's ``major.minor``, e.g. ``"3.5"``."""
+    if version is None:
+        import pyspark
+
+        version = pyspark.__version__
+    return ".".join(version.split(".")[:2])
+
+
+def table_format_conf(formats, *, spark_version: str | None = None) -> dict[str, str]:
+    """The Spark settings a new session needs for the table ``formats`` (``delta``, ``iceberg``).
+
+    ``spark.jars.packages`` (the coordinates in :data:`TABLE_FORMAT_PACKAGES`
+    for this Spark line), ``spark.sql.extensions`` and, for Delta, the
+    ``spark_catalog`` implementation. Formats other than these two need
+    nothing (``{}``).
+
+    Raises:
+        ConfigError: a format with no release for this Spark line (naming the lines it has).
+    """
+    line = spark_line(spark_version)
+    packages, extensions, conf = [], [], {}
+    for fmt in sorted({f for f in formats if f in TABLE_FORMAT_PACKAGES}):
+        builds = TABLE_FORMAT_PACKAGES[fmt]
+        if line not in builds:
+            raise ConfigError(
+                f"The format {fmt!r} needs {_NAMES[fmt]} for Spark {line}, which has no release for that Spark line "
+                f"yet (it has builds for Spark {', '.join(builds)}): install one of those "
+                f"(pip install 'pyspark=={max(builds)}.*'), or run where the runtime ships it (e.g. Databricks).")
+        packages.append(builds[line])
+        extensions.append(_EXTENSIONS[fmt])
+        if fmt == "delta":
+            conf["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    if packages:
+        conf["spark.jars.packages"] = ",".join(packages)
+        conf["spark.sql.extensions"] = ",".join(extensions)
+    return conf
+
+
+def _merged(conf: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
+    """``conf`` with ``extra`` added; list-valued settings (packages, extensions) are joined, not replaced."""
+    out = dict(conf)
+    for key, value in extra.items():
+        if key in ("spark.jars.packages", "spark.sql.extensions") and out.get(key):
+            have = out[key].split(",")
+            out[key] = ",".join(have + [v for v in value.split(",") if v not in have])
+        else:
+            out.setdefault(key, value)
+    return out
+
+
+def get_spark(app_name: str = "spark-dp", *, master: str | None = None, conf: dict[str, str] | None = None,
+              formats=()) -> SparkSession:
     """The SparkSession to use.
 
     Args:
@@ -36,6 +142,15 @@ def get_spark(app_name: str = "spark-dp", *, master: str | None = None, conf: di
         master: master URL for a new classic session; defaults to
             ``SPARK_DP_MASTER`` or ``local[N]`` with N = this machine's cores.
         conf: extra settings for a new session.
+        formats: table formats the session must read or write (``delta``,
+            ``iceberg``): a new local session gets their jars and settings
+            (:func:`table_format_conf`). An existing session, Spark Connect
+            and spark-submit keep their own configuration.
+
+    Raises:
+        ConfigError: a format has no build for this Spark line, or its jars
+            could not be fetched (no access to Maven Central or the
+            configured repository): one message naming what to install.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -47,6 +162,9 @@ def get_spark(app_name: str = "spark-dp", *, master: str | None = None, conf: di
         return builder.getOrCreate()
     builder = SparkSession.builder.appName(app_name)
     launched_by_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    formats = tuple(sorted(set(formats) | set(_NEEDED_FORMATS.get())))
+    extra = {} if launched_by_submit else table_format_conf(formats)
+    conf = _merged(dict(conf or {}), extra)
     if not launched_by_submit:
         # Local workers must run the driver's interpreter (its numpy/pyarrow).
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -55,6 +173,17 @@ def get_spark(app_name: str = "spark-dp", *, master: str | None = None, conf: di
         builder = builder.master(master or os.environ.get("SPARK_DP_MASTER") or f"local[{os.cpu_count() or 2}]")
         for key, value in LOCAL_CONF.items():
             builder = builder.config(key, value)
-    for key, value in (conf or {}).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    if not extra:
+        return builder.getOrCreate()
+    try:
+        return builder.getOrCreate()
+    except Exception as exc:  # the JVM did not start: Ivy could not resolve the packages (its report is on stderr)
+        wanted = ", ".join(sorted(f for f in formats if f in TABLE_FORMAT_PACKAGES))
+        raise ConfigError(
+            f"Spark could not start with the jars for format {wanted} ({extra['spark.jars.packages']}): most likely "
+            "they could not be fetched from Maven Central or the repository in spark.jars.ivySettings (Spark's "
+            "report is above). Run once where Maven Central is reachable (the jars are then cached in ~/.ivy2), "
+            "or download those jars and give them with spark.jars; nothing was charged. "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})") from None

@@ -41,7 +41,7 @@ def bounded_rows(n: int, d: int, *, seed: int = 0) -> tuple[np.ndarray, Scaling]
 
 def second_moment_coverage(mechanism: str, *, d: int, n: int, epsilon: float, delta: float = 1e-6, reps: int = 200,
                            postprocess: str = "none", level: float = 0.95, seed: int = 0, bounded: bool = False,
-                           **kw) -> dict[str, float]:
+                           data: tuple[np.ndarray, Scaling] | None = None, **kw) -> dict[str, float]:
     """Empirical coverage of the matrix entries' intervals (upper triangle) and of PCA's bounds (k = 2).
 
     ``bounded``: columns with public bounds in the data's units — the
@@ -51,7 +51,8 @@ def second_moment_coverage(mechanism: str, *, d: int, n: int, epsilon: float, de
     """
     transform = t_data = None
     if bounded:
-        x, scaling = bounded_rows(n, d, seed=seed)
+        # data: a real table's scaled rows [(x - c)/h, 1] and their map (tests/_calibration.py), else synthetic
+        x, scaling = data if data is not None else bounded_rows(n, d, seed=seed)
         transform = scaling.transform()
         t_data = np.delete(transform, d, axis=0)
         size, norm_bound = d + 1, float(np.sqrt(d + 1))
@@ -216,6 +217,7 @@ def adassp_coverage(*, p: int = 3, n: int = 2000, epsilon: float = 1.0, delta: f
     plan = adassp_plan(epsilon=epsilon, delta=delta, norm_bound=norm_bound)
     hits = {"coefficients": 0, "intercept": 0, "xtx": 0, "xty": 0}
     counts = dict.fromkeys(hits, 0)
+    refused: dict[str, int] = {}
     iu = np.triu_indices(q)
     for r in range(reps):
         res = adassp(gram, chokepoint=FakeChokepoint.seeded(seed * 100_003 + r), plan=plan)
@@ -227,12 +229,17 @@ def adassp_coverage(*, p: int = 3, n: int = 2000, epsilon: float = 1.0, delta: f
         if k is not None:
             truths["intercept"] = truth_coef[k:k + 1]
         for name, truth in truths.items():
+            if u[name].kind == "none":  # refused (the adaptive ridge's bias cannot be bounded): no claim to count
+                refused[name] = refused.get(name, 0) + 1
+                continue
             low, high = u[name].low, u[name].high
             if name == "xtx":
                 low, high = low[iu], high[iu]
             hits[name] += int(np.sum((low <= truth) & (truth <= high)))
             counts[name] += truth.size
-    return {name: hits[name] / counts[name] for name in hits if counts[name]}
+    out = {name: hits[name] / counts[name] for name in hits if counts[name]}
+    out.update({f"{name}_refused": k / reps for name, k in refused.items()})
+    return out
 
 
 def input_perturbation_coverage(*, d: int = 4, k: int = 2, epsilon: float = 1.0, delta: float = 1e-6,

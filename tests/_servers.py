@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -289,10 +290,22 @@ def run_connect_client(tmp_path: Path, server: ConnectServer, source: str, *, na
 class ConnectServer:
     """``spark-submit --class SparkConnectServer`` in the foreground (what start-connect-server.sh
     runs, without its daemonizing, global /tmp pid file and $SPARK_HOME/logs), master local[2],
-    gRPC on 127.0.0.1:<free port>."""
+    gRPC on 127.0.0.1:<free port>.
 
-    def __init__(self, workdir: Path, *, python: str = sys.executable, master: str = "local[2]") -> None:
+    ``spark_home`` is another pyspark's directory (default: this process's); ``packages`` are
+    Maven coordinates for ``--packages``: pyspark 3.5's pip package has no Connect server jar, so
+    ``start-connect-server.sh --packages org.apache.spark:spark-connect_2.12:<version>`` is how a
+    3.5 server starts (Spark's Ivy resolver reads ~/.m2/repository first, then Maven Central, and
+    keeps what it fetched in ~/.ivy2). A 3.5 server has no ``spark.connect.grpc.binding.address``
+    (4.0 added it): it listens on all interfaces, and the tests reach it on 127.0.0.1 only.
+    """
+
+    def __init__(self, workdir: Path, *, python: str = sys.executable, master: str = "local[2]",
+                 spark_home: Path = SPARK_HOME, packages: tuple[str, ...] = (), conf: dict[str, str] | None = None,
+                 ready_timeout: float = READY_TIMEOUT) -> None:
         self.workdir, self.python, self.master = workdir, python, master
+        self.spark_home, self.packages, self.ready_timeout = Path(spark_home), tuple(packages), ready_timeout
+        self.conf = dict(conf or {})
         self.proc: ManagedProcess | None = None
         self.port: int | None = None
         self.startup_seconds: float | None = None
@@ -305,18 +318,19 @@ class ConnectServer:
         if not port_open(self.port):
             return False
         log = tail(self.proc.log, 400)
-        return (f"Spark Connect server started at: 127.0.0.1:{self.port}" in log
-                or f"SparkConnectService' on port {self.port}" in log)
+        started = re.search(rf"Spark Connect server started at: \S*:{self.port}\b", log)  # 3.5 logs "0:0:0:0:0:0:0:0%0:<port>"
+        return bool(started) or f"SparkConnectService' on port {self.port}" in log
 
     def start(self, attempts: int = 3) -> ConnectServer:
         t0 = time.monotonic()
         for attempt in range(1, attempts + 1):
             (self.port,) = free_ports(1)
-            env = spark_env(self.workdir / "local",
+            env = spark_env(self.workdir / "local", SPARK_HOME=str(self.spark_home),
                             # the server's Python workers run mapInArrow: they need spark_dp, numpy, pyarrow
                             PYSPARK_PYTHON=self.python, PYSPARK_DRIVER_PYTHON=self.python)
             cmd = [
-                str(SPARK_HOME / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS,
+                str(self.spark_home / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS,
+                *(["--packages", ",".join(self.packages)] if self.packages else []),
                 "--name", "spark-dp test Connect server", "--master", self.master,
                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                 "--conf", f"spark.connect.grpc.binding.port={self.port}",
@@ -325,11 +339,13 @@ class ConnectServer:
                 "--conf", "spark.sql.shuffle.partitions=2",
                 "--conf", "spark.executorEnv.OPENBLAS_NUM_THREADS=1",
                 "--conf", f"spark.sql.warehouse.dir={self.workdir / 'warehouse'}",
+                *[arg for key, value in self.conf.items() for arg in ("--conf", f"{key}={value}")],
             ]
             self.proc = ManagedProcess("Spark Connect server", cmd, env=env, cwd=self.workdir,
                                        log=self.workdir / f"connect-server-{attempt}.log")
             try:
-                wait_until(self._ready, what=f"Spark Connect on 127.0.0.1:{self.port}", procs=[self.proc])
+                wait_until(self._ready, what=f"Spark Connect on 127.0.0.1:{self.port}", procs=[self.proc],
+                           timeout=self.ready_timeout)
             except ServerError:
                 retry = attempt < attempts and _bind_failed(self.proc)
                 self.stop()

@@ -64,7 +64,8 @@ def test_row_level_config_runs_on_a_sample(spark, tmp_path, capsys):
     assert rel["coefficients"].shape == (6,) and rel["intercept"].shape == (1,)
     assert rel.privacy["norm_bound"] == pytest.approx(np.sqrt(8.0))
     assert rel.uncertainty["coefficients"].covers == "noise+sampling"
-    assert "2-step iterated Tikhonov" in rel.uncertainty["coefficients"].method  # the shift's ridge bias
+    method = rel.uncertainty["coefficients"].method  # the shift's ridge bias: bounded, or the unregularised fit's
+    assert "iterated Tikhonov" in method or "unregularised fit" in method, method
     assert rel.manifest["uncertainty"]["arrays"]["intercept"]["covers"] == "noise+sampling"
     low, high = rel.interval("coefficients")
     assert np.all(low <= high) and low.shape == (6,)

@@ -73,8 +73,9 @@ def test_accumulator_counts_clamped_and_norm_clipped_rows(policy):
 @pytest.mark.parametrize("neighbors", ["add_remove", "replace"])
 @pytest.mark.parametrize("m", [1, 2, 4])
 def test_sensitivity_is_the_brute_force_maximum(m, neighbors):
-    # a unit: k rows (1 ≤ k ≤ m), j of them clipped; the others' rows are the same in D and D'
-    units = [(k, j) for k in range(1, m + 1) for j in range(k + 1)]
+    # a unit: k rows (0 ≤ k ≤ m after the nonfinite policy: all its rows may be dropped), j of them clipped;
+    # the others' rows are the same in D and D'
+    units = [(k, j) for k in range(0, m + 1) for j in range(k + 1)]
     if neighbors == "add_remove":
         worst = max(k + j for k, j in units)  # |Δn| + |Δc|
     else:

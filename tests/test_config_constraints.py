@@ -37,6 +37,8 @@ COMMON = {  # (section, key): invalid value — keys every task has
     ("dataset", "id"): "", ("dataset", "path"): "", ("dataset", "table"): "db.t",  # (besides dataset.path)
     ("dataset", "where"): "x > 1",  # (with dataset.path)
     ("dataset", "format"): "xml", ("dataset", "options"): 3, ("dataset", "schema"): 5,
+    ("dataset", "version"): 1, ("dataset", "snapshot_id"): 1,  # time travel on a format without it
+    ("dataset", "timestamp"): "2026-11-30",
     ("ledger", "uri"): "ftp://ledger", ("ledger", "epsilon_limit"): 0.0, ("ledger", "delta_limit"): 1.0,
     ("ledger", "lifetime_epsilon_limit"): -1.0, ("ledger", "lifetime_delta_limit"): 0.0,
     ("output", "path"): "", ("output", "table"): "not a table!", ("output", "format"): "csv",

@@ -10,6 +10,7 @@ does not cover are refused before anything is charged. Schema-1 ledgers
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 import numpy as np
@@ -31,10 +32,11 @@ def _charge(ledger, rid, unit, dataset="ds"):
 
 
 @pytest.mark.parametrize("other", [
-    UnitDeclaration("row", 1, "add_remove"),  # row level on a user-level dataset
+    UnitDeclaration(None, 1, "add_remove"),  # row level on a user-level dataset
     UnitDeclaration("account", 4, "add_remove"),  # another unit column
     UnitDeclaration("user", 4, "replace"),  # another neighbour relation
-    UnitDeclaration("tensor_entry", 1, "tensor_entry"),
+    UnitDeclaration(None, 1, "tensor_entry"),
+    UnitDeclaration("row", 4, "add_remove"),  # a unit column named row is a unit column, not row level
 ])
 def test_a_release_for_another_unit_or_relation_is_refused(any_ledger_uri, other):
     ledger = open_ledger(any_ledger_uri)
@@ -42,7 +44,7 @@ def test_a_release_for_another_unit_or_relation_is_refused(any_ledger_uri, other
     assert ledger.declared_unit("ds") == USER4
     with pytest.raises(ConfigError, match="declared in the ledger by its first release"):
         ledger.check("ds", EV, LIMIT, unit=other)
-    with pytest.raises(ConfigError, match=f"unit {other.unit!r}"):
+    with pytest.raises(ConfigError, match=re.escape(other.describe())):
         _charge(ledger, "r2", other)
     (status,) = ledger.status("ds")
     assert status.releases == 1  # nothing charged
@@ -71,10 +73,11 @@ def test_the_declaration_is_shown_by_status_and_json(any_ledger_uri):
     _charge(ledger, "r2", None, dataset="undeclared")  # a direct ledger user may charge without a unit
     rows = {r["dataset_id"]: r for r in json.loads(ledger.to_json())}
     assert (rows["ds"]["privacy_unit"], rows["ds"]["max_per_unit"], rows["ds"]["neighbors"]) == ("user", 4, "add_remove")
+    assert rows["ds"]["privacy_unit_column"] == "user"
     assert rows["undeclared"]["privacy_unit"] is None
     # ... and the next charge with a unit declares it
-    _charge(ledger, "r3", UnitDeclaration("row", 1, "replace"), dataset="undeclared")
-    assert ledger.declared_unit("undeclared") == UnitDeclaration("row", 1, "replace")
+    _charge(ledger, "r3", UnitDeclaration(None, 1, "replace"), dataset="undeclared")
+    assert ledger.declared_unit("undeclared") == UnitDeclaration(None, 1, "replace")
 
 
 # The schema-1 tables exactly as spark-dp wrote them before schema 2.
@@ -125,7 +128,7 @@ def test_a_schema_1_ledger_is_migrated_and_keeps_working(any_ledger_uri):
     (status,) = open_ledger(any_ledger_uri).status("old")
     assert status.releases == 2 and status.unit == USER4
     with pytest.raises(ConfigError):
-        _charge(ledger, "new-2", UnitDeclaration("row", 1, "add_remove"), dataset="old")
+        _charge(ledger, "new-2", UnitDeclaration(None, 1, "add_remove"), dataset="old")
 
 
 def test_the_session_refuses_a_row_level_release_on_a_user_level_dataset(spark, tmp_path, monkeypatch):
@@ -154,3 +157,91 @@ def test_the_session_refuses_a_row_level_release_on_a_user_level_dataset(spark, 
     # the same unit at another m is a normal release
     dp.second_moment(df, ["a", "b", "c"], epsilon=1, delta=1e-6, norm_bound=1, privacy_unit="user", max_rows_per_unit=1)
     assert dp.budget().releases == 2
+
+
+# -- a unit column may be named like a level: 'row', 'tensor_entry' ------------------------------------------
+@pytest.mark.parametrize("name", ["row", "tensor_entry"])
+def test_a_unit_column_named_like_a_level_is_a_unit_column(any_ledger_uri, name):
+    """None (no unit column) is no column name; the ledger stores a column as column:<name>, levels bare."""
+    column, level = UnitDeclaration(name, 3, "add_remove"), UnitDeclaration(None, 1, "add_remove")
+    assert column != level and not column.covers(level) and not level.covers(column)
+    assert (column.stored, level.stored) == (f"column:{name}", "row")
+    assert UnitDeclaration(None, 1, "tensor_entry").stored == "tensor_entry"
+    ledger = open_ledger(any_ledger_uri)
+    _charge(ledger, "c1", column, dataset="by-column")
+    _charge(ledger, "l1", level, dataset="by-row")
+    assert ledger.declared_unit("by-column") == column and ledger.declared_unit("by-row") == level
+    with pytest.raises(ConfigError, match="declared in the ledger by its first release"):
+        _charge(ledger, "c2", level, dataset="by-column")  # row level on the column's dataset
+    with pytest.raises(ConfigError, match="declared in the ledger by its first release"):
+        _charge(ledger, "l2", column, dataset="by-row")  # the column on the row-level dataset
+    assert [s.releases for s in ledger.status()] == [1, 1]
+
+
+def _as_schema_4(uri: str, units: dict[str, str]) -> None:
+    """Rewrites a current ledger as schema 4 stored it: bare unit names (``units``: dataset id -> stored unit)."""
+    if uri.startswith("sqlite:///"):
+        con = sqlite3.connect(uri[len("sqlite:///"):], isolation_level=None)
+        ph = "?"
+    else:
+        import psycopg
+
+        con, ph = psycopg.connect(uri, autocommit=True), "%s"
+    try:
+        for ds, unit in units.items():
+            con.execute(f"UPDATE datasets SET privacy_unit = {ph} WHERE dataset_id = {ph}", (unit, ds))
+        con.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    finally:
+        con.close()
+
+
+def test_a_schema_4_ledger_keeps_its_levels_and_columns(any_ledger_uri):
+    """Schema 4 stored a column's bare name: migrated to column:<name>; 'row' and 'tensor_entry' stay levels."""
+    ledger = open_ledger(any_ledger_uri)
+    for ds, unit in (("users", USER4), ("rows", UnitDeclaration(None, 1, "replace")),
+                     ("tensor", UnitDeclaration(None, 1, "tensor_entry"))):
+        _charge(ledger, f"{ds}-1", unit, dataset=ds)
+    _as_schema_4(any_ledger_uri, {"users": "user", "rows": "row", "tensor": "tensor_entry"})
+    migrated = open_ledger(any_ledger_uri)
+    assert migrated.declared_unit("users") == USER4
+    assert migrated.declared_unit("rows") == UnitDeclaration(None, 1, "replace")
+    assert migrated.declared_unit("tensor") == UnitDeclaration(None, 1, "tensor_entry")
+    with migrated._reading() as con:
+        assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
+        stored = dict(con.execute("SELECT dataset_id, privacy_unit FROM datasets").fetchall())
+    assert stored == {"users": "column:user", "rows": "row", "tensor": "tensor_entry"}
+    assert open_ledger(any_ledger_uri).declared_unit("users") == USER4  # a second open does not prefix again
+    with pytest.raises(ConfigError):  # a column named row is not the legacy row-level declaration
+        _charge(migrated, "rows-2", UnitDeclaration("row", 1, "replace"), dataset="rows")
+    _charge(migrated, "rows-3", UnitDeclaration(None, 5, "replace"), dataset="rows")
+
+
+@pytest.mark.parametrize("name", ["row", "tensor_entry"])
+def test_the_session_treats_a_column_named_like_a_level_as_a_unit_column(spark, tmp_path, name):
+    """privacy_unit='row' bounds each value of the column 'row' to m rows; row level is another declaration."""
+    from spark_dp.second_moment import api
+
+    class Exact(SeededSampler):
+        def laplace(self, values, scale, l1_sensitivity):
+            return np.asarray(values, dtype=np.float64).copy()
+
+    rng = np.random.default_rng(0)
+    df = spark.createDataFrame([(f"u{i % 5}", *map(float, rng.normal(0, 0.1, size=2))) for i in range(40)],
+                               [name, "a", "b"])
+    dp = DPSession("by-level-name", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=10, delta_limit=1e-5,
+                   output=str(tmp_path / "out"), sampler=Exact())
+    rel = api.second_moment(dp, df, ["a", "b"], epsilon=1, delta=1e-6, norm_bound=1, privacy_unit=name,
+                            max_rows_per_unit=2, clipping_report=True)
+    assert rel["clipping_counts"][1] == 10  # 5 units of 8 rows, 2 kept each: contribution bounding by the column
+    assert rel.privacy["privacy_unit_column"] == name
+    assert dp.ledger.declared_unit("by-level-name") == UnitDeclaration(name, 2, "add_remove")
+    with pytest.raises(ConfigError, match="declared in the ledger by its first release"):
+        api.second_moment(dp, df, ["a", "b"], epsilon=1, delta=1e-6, norm_bound=1)  # row level: refused
+    assert dp.budget().releases == 1
+    row_level = DPSession("by-row", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=10, delta_limit=1e-5,
+                          output=str(tmp_path / "out"), sampler=Exact())
+    plain = api.second_moment(row_level, df, ["a", "b"], epsilon=1, delta=1e-6, norm_bound=1, clipping_report=True)
+    assert plain["clipping_counts"][1] == 40 and plain.privacy["privacy_unit_column"] is None
+    assert plain.privacy["privacy_unit"] == "row"  # for people; privacy_unit_column is the declaration
+    with pytest.raises(ConfigError, match="declared in the ledger by its first release"):
+        api.second_moment(row_level, df, ["a", "b"], epsilon=1, delta=1e-6, norm_bound=1, privacy_unit=name)

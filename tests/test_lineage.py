@@ -1,9 +1,9 @@
 """Input lineage (issue #16, item 4): manifests and ledger charges record what a release was computed from.
 
 Without Spark: the file digest (pyarrow.fs stats), the pipeline's ``input``
-field and ``input_changed`` on re-runs, the Delta/Iceberg version lookups on
-a scripted Spark (Delta and Iceberg are not installed here), and a schema-3
-ledger file migrated to schema 4. With Spark: a Parquet path, a plain Parquet
+field and ``input_changed`` on re-runs, the plan's time-travel parsing, and a
+schema-3 ledger file migrated to schema 4. Delta and Iceberg versions are
+tested against the real formats in ``tests/warehouse/``. With Spark: a Parquet path, a plain Parquet
 catalog table and an in-memory DataFrame through a family function, a re-run
 after the input changed, and no Spark job started by the lineage.
 """
@@ -29,6 +29,7 @@ from tests._samplers import Recorder
 
 EPS, DELTA = 1.0, 1e-6
 SIGMA = gaussian_noise_multiplier(EPS, DELTA)
+KEY = bytes(range(32))  # a ledger's lineage key (a test's fixed one)
 
 
 def _touch(path, data: bytes, mtime_ns: int | None = None) -> None:
@@ -42,31 +43,66 @@ def test_files_digest_follows_names_sizes_and_times_and_not_the_spelling(tmp_pat
     a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
     _touch(a, b"1234", 1_700_000_000_000_000_000)
     _touch(b, b"56", 1_700_000_000_000_000_000)
-    d0, stats = L.files_digest([str(a), str(b)])
+    d0, stats = L.files_digest([str(a), str(b)], KEY)
     assert stats == "size+mtime"
-    assert L.files_digest([f"file://{b}", f"file://{a}"])[0] == d0  # order and file: URIs do not matter
+    assert L.files_digest([f"file://{b}", f"file://{a}"], KEY)[0] == d0  # order and file: URIs do not matter
     _touch(b, b"57", 1_700_000_000_000_000_000)  # same size and time, other bytes: not seen (metadata only)
-    assert L.files_digest([str(a), str(b)])[0] == d0
+    assert L.files_digest([str(a), str(b)], KEY)[0] == d0
     _touch(b, b"57", 1_700_000_001_000_000_000)  # touched
-    d1 = L.files_digest([str(a), str(b)])[0]
+    d1 = L.files_digest([str(a), str(b)], KEY)[0]
     _touch(b, b"578", 1_700_000_001_000_000_000)  # grown
-    d2 = L.files_digest([str(a), str(b)])[0]
-    d3 = L.files_digest([str(a)])[0]  # a file less
+    d2 = L.files_digest([str(a), str(b)], KEY)[0]
+    d3 = L.files_digest([str(a)], KEY)[0]  # a file less
     assert len({d0, d1, d2, d3}) == 4
 
 
+def test_the_digest_is_keyed_so_a_size_cannot_be_enumerated_without_the_key(tmp_path):
+    """An unkeyed hash of (URI, size, mtime) gives the size (hence the rows) away by enumeration; the HMAC does not."""
+    import hashlib
+    import hmac
+
+    f = tmp_path / "part-0.parquet"
+    mtime = 1_700_000_000_000_000_000
+    _touch(f, b"x" * 1234, mtime)  # the size the attacker is after; the name and the time they know
+    digest, _ = L.files_digest([str(f)], KEY)
+
+    def entry(size):
+        return f"{os.path.abspath(f)}\t{size}\t{mtime}".encode()
+
+    def enumerate_sizes(mac):
+        return [n for n in range(4096) if mac(entry(n)) == digest]
+
+    assert enumerate_sizes(lambda b: hashlib.sha256(b).hexdigest()) == []  # the unkeyed digest's enumeration
+    assert enumerate_sizes(lambda b: hmac.new(bytes(32), b, hashlib.sha256).hexdigest()) == []  # a wrong key
+    assert enumerate_sizes(lambda b: hmac.new(KEY, b, hashlib.sha256).hexdigest()) == [1234]  # only the key gives it
+    assert L.files_digest([str(f)], KEY)[0] == digest  # one input, one digest under one key
+    assert L.files_digest([str(f)], bytes(32))[0] != digest
+    with pytest.raises(RuntimeError, match="lineage key"):
+        L.files_digest([str(f)], b"")
+
+
+def test_each_ledger_holds_its_own_lineage_key_and_keeps_it(any_ledger_uri, tmp_path):
+    key = open_ledger(any_ledger_uri).lineage_key
+    assert len(key) == 32 and open_ledger(any_ledger_uri).lineage_key == key  # kept across opens
+    assert open_ledger(f"sqlite:///{tmp_path}/other.db").lineage_key != key  # drawn from the OS per ledger
+    ledger = open_ledger(any_ledger_uri)
+    ledger.charge(release_id="r", dataset_id="d", request_sha256="x", events=[GaussianEvent(SIGMA)],
+                  budget=Budget(EPS, DELTA), limit=Budget(5.0, DELTA))
+    assert key.hex() not in ledger.to_json()  # the key stays in the ledger
+
+
 def test_a_scheme_pyarrow_cannot_open_is_digested_by_name(tmp_path):
-    digest, stats = L.files_digest(["nosuchscheme://bucket/x/part-0.parquet"])
+    digest, stats = L.files_digest(["nosuchscheme://bucket/x/part-0.parquet"], KEY)
     assert stats == "names" and len(digest) == 64
-    assert L.files_digest(["nosuchscheme://bucket/x/part-1.parquet"])[0] != digest
+    assert L.files_digest(["nosuchscheme://bucket/x/part-1.parquet"], KEY)[0] != digest
 
 
 def test_lineage_of_a_path_and_of_memory(tmp_path):
     path = tmp_path / "t.npy"
     np.save(path, np.zeros((2, 2, 2)))
-    got = L.input_lineage(str(path))
+    got = L.input_lineage(str(path), KEY)
     assert got["kind"] == "files" and got["files_stats"] == "size+mtime" and str(tmp_path) not in json.dumps(got)
-    assert L.input_lineage(np.zeros((2, 2, 2))) == {"kind": "in_memory"}
+    assert L.input_lineage(np.zeros((2, 2, 2)), KEY) == {"kind": "in_memory"}
 
 
 def test_input_changed_says_none_when_it_cannot_tell():
@@ -76,59 +112,37 @@ def test_input_changed_says_none_when_it_cannot_tell():
     assert L.input_changed(None, files) is None  # a release from before lineage
     assert L.input_changed(files, None) is None
     assert L.input_changed({"kind": "in_memory"}, {"kind": "in_memory"}) is None
+    # A release from before the keyed digest: its plain SHA-256 cannot be compared with today's HMAC.
+    keyed = {"kind": "files", "files_hmac_sha256": "k", "files_stats": "size+mtime"}
+    assert L.input_changed(files, keyed) is None and L.input_changed(keyed, files) is None
+    table = {"kind": "table", "tables": [{"name": "db.t", "version": None}]}
+    assert L.input_changed({**table, **files}, {**table, **keyed}) is None
+    assert L.input_changed({**table, **files}, {"kind": "table", "tables": [{"name": "db.u", "version": None}],
+                                                "files_hmac_sha256": "k"}) is True
 
 
-# -- table versions through Spark SQL metadata (scripted: Delta and Iceberg are not installed here) -----------
-class _Row(tuple):
-    def __new__(cls, *values, **named):
-        row = super().__new__(cls, values or tuple(named.values()))
-        row._named = named
-        return row
-
-    def __getitem__(self, key):
-        return self._named[key] if isinstance(key, str) else super().__getitem__(key)
+# -- table versions: Delta and Iceberg are tested for real in tests/warehouse/ (suite_delta.py, suite_iceberg.py,
+# run by tests/test_warehouse.py in a Spark with their jars); here only what needs no table format ---------------
+_PARSED = """== Parsed Logical Plan ==
+'Project [*]
++- 'RelationTimeTravel 'UnresolvedRelation [t], [], false, 0
+== Analyzed Logical Plan ==
+"""
 
 
-class _ScriptedSpark:
-    """Answers the metadata commands table_version issues; records them."""
-
-    def __init__(self, answers: dict[str, list]):
-        self.answers, self.asked = answers, []
-
-    def sql(self, text):
-        self.asked.append(text)
-        for prefix, rows in self.answers.items():
-            if text.startswith(prefix):
-                if isinstance(rows, Exception):
-                    raise rows
-                return type("R", (), {"collect": lambda self, rows=rows: rows})()
-        raise RuntimeError(f"[TABLE_OR_VIEW_NOT_FOUND] {text}")
+def test_plan_reads_finds_reader_options_and_sql_time_travel():
+    text = ("== Parsed Logical Plan ==\n'UnresolvedRelation [local, db, t], [snapshot-id=31743], false\n"
+            "== Analyzed Logical Plan ==\nSubqueryAlias local.db.t\n")
+    assert L.plan_reads(text) == {"local.db.t": {"options": {"snapshot-id": "31743"}, "time_travel": None}}
+    assert L.plan_reads(_PARSED) == {"t": {"options": {}, "time_travel": "0"}}
+    assert L._read_of(L.plan_reads(_PARSED), "spark_catalog.default.t") == {"options": {}, "time_travel": "0"}
+    assert L._read_of(L.plan_reads(_PARSED), "spark_catalog.default.other") is None
 
 
-def test_delta_table_version_comes_from_its_history():
-    spark = _ScriptedSpark({"DESCRIBE TABLE EXTENDED": [_Row("a", "bigint"), _Row("Provider", "delta")],
-                            "DESCRIBE HISTORY": [_Row(version=7, operation="WRITE")]})
-    assert L.table_version(spark, "main.sales.events") == {
-        "name": "main.sales.events", "provider": "delta", "version": "7", "version_kind": "delta_version"}
-    assert spark.asked[-1] == "DESCRIBE HISTORY `main`.`sales`.`events` LIMIT 1"
-
-
-def test_iceberg_table_version_is_its_current_snapshot_id():
-    spark = _ScriptedSpark({"DESCRIBE TABLE EXTENDED": [_Row("Provider", "iceberg")],
-                            "SHOW TBLPROPERTIES": [_Row("format", "iceberg/parquet"),
-                                                   _Row("current-snapshot-id", "4105981217392118471")]})
-    got = L.table_version(spark, "prod.db.t")
-    assert (got["version"], got["version_kind"]) == ("4105981217392118471", "iceberg_snapshot_id")
-
-
-def test_a_table_without_versions_or_failing_commands_gets_none():
-    plain = _ScriptedSpark({"DESCRIBE TABLE EXTENDED": [_Row("Provider", "parquet")], "SHOW TBLPROPERTIES": []})
-    assert L.table_version(plain, "db.t")["version"] is None
-    broken = _ScriptedSpark({"DESCRIBE TABLE EXTENDED": [_Row("Provider", "delta")],
-                             "DESCRIBE HISTORY": RuntimeError("DELTA_MISSING")})
-    assert L.table_version(broken, "db.t") == {"name": "db.t", "provider": "delta", "version": None,
-                                               "version_kind": None}
-    assert L.table_version(_ScriptedSpark({}), "db.gone")["provider"] is None
+def test_a_directory_without_a_delta_log_has_no_delta_version(tmp_path):
+    (tmp_path / "part-0.parquet").write_bytes(b"x")
+    assert L.delta_versions([str(tmp_path / "part-0.parquet")]) == {}
+    assert L.delta_path_lineage(str(tmp_path)) is None
 
 
 # -- the pipeline: manifest field, ledger charge, re-runs ----------------------------------------
@@ -154,13 +168,17 @@ def test_the_pipeline_records_lineage_and_flags_a_rerun_over_changed_input(tmp_p
     dp = _session(tmp_path)
     calls = []
 
-    def lineage():
+    def lineage(key):
         calls.append(1)
-        return L.input_lineage(str(data))
+        return L.input_lineage(str(data), key)
 
     rel = run_release(dp, _plan(lineage))
     assert len(calls) == 1 and rel.input_changed is None  # once per release; a new release has nothing to compare
     assert rel.manifest["input"]["kind"] == "files"
+    # Nothing in the manifest from which a size could be recovered without the key: no size or time fields.
+    assert set(rel.manifest["input"]) == {"kind", "files_hmac_sha256", "files_stats"}
+    assert str(os.stat(data).st_mtime_ns) not in json.dumps(rel.manifest["input"])
+    assert rel.manifest["input"] == L.input_lineage(str(data), dp.ledger.lineage_key)
     charge = dp.ledger.lookup("r1")
     assert charge.lineage == rel.manifest["input"]
     with open(os.path.join(rel.path, "manifest.json")) as fh:
@@ -179,12 +197,12 @@ def test_the_pipeline_records_lineage_and_flags_a_rerun_over_changed_input(tmp_p
 
 
 def test_lineage_is_not_part_of_the_request_digest():
-    assert _plan(lambda: {"kind": "files", "files_sha256": "a"}).request_sha256 == \
-        _plan(lambda: {"kind": "files", "files_sha256": "b"}).request_sha256 == _plan(None).request_sha256
+    assert _plan(lambda key: {"kind": "files", "files_hmac_sha256": "a"}).request_sha256 == \
+        _plan(lambda key: {"kind": "files", "files_hmac_sha256": "b"}).request_sha256 == _plan(None).request_sha256
 
 
 def test_a_failing_lineage_never_stops_a_release(tmp_path, caplog):
-    def broken():
+    def broken(key):
         raise OSError("no such bucket")
 
     with caplog.at_level(logging.WARNING, logger="spark_dp"):
@@ -201,7 +219,7 @@ def test_a_nonprivate_rerun_over_changed_input_says_so(tmp_path):
     data = tmp_path / "public.npy"
     np.save(data, np.ones(3))
     dp = DPSession("public", ledger=f"sqlite:///{tmp_path}/ledger.db", output=str(tmp_path / "out"))
-    plan = _plan(lambda: L.input_lineage(str(data)), mode="public_input")
+    plan = _plan(lambda key: L.input_lineage(str(data), key), mode="public_input")
     first = run_release(dp, plan)
     assert first.manifest["input"]["kind"] == "files"
     assert run_release(dp, plan).input_changed is False
@@ -212,7 +230,7 @@ def test_a_nonprivate_rerun_over_changed_input_says_so(tmp_path):
 def test_a_rerun_of_a_release_from_before_lineage_cannot_tell(tmp_path):
     dp = _session(tmp_path)
     run_release(dp, _plan(None))
-    again = run_release(dp, _plan(lambda: {"kind": "files", "files_sha256": "x", "files_stats": "size+mtime"}))
+    again = run_release(dp, _plan(lambda key: {"kind": "files", "files_hmac_sha256": "x", "files_stats": "size+mtime"}))
     assert again.reused and again.input_changed is None
 
 
@@ -246,21 +264,22 @@ INSERT INTO limit_changes (dataset_id, epsilon_limit, delta_limit, changed_at) V
 
 
 def test_a_schema_3_ledger_file_is_migrated_and_keeps_working(tmp_path):
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
     con = sqlite3.connect(tmp_path / "ledger.db")
     con.executescript(_SCHEMA_3.replace("%Z%", repr(SIGMA)))
     con.close()
-    ledger = open_ledger(f"sqlite:///{tmp_path}/ledger.db")  # migrates 3 → 4
+    ledger = open_ledger(f"sqlite:///{tmp_path}/ledger.db")  # migrates 3 → 5
     with ledger._reading() as c:
-        assert c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "4"
+        assert c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "5"
+    assert len(ledger.lineage_key) == 32
     old = ledger.lookup("old-1")
     assert old.lineage is None and old.budget == Budget(1.0, 1e-6)
-    lineage = {"kind": "files", "files_sha256": "ab" * 32, "files_stats": "size+mtime"}
+    lineage = {"kind": "files", "files_hmac_sha256": "ab" * 32, "files_stats": "size+mtime"}
     new = ledger.charge(release_id="new-1", dataset_id="ds", request_sha256="y", events=[GaussianEvent(SIGMA)],
                         budget=Budget(EPS, DELTA), lineage=lineage)
     assert new.lineage == lineage and ledger.lookup("new-1").lineage == lineage
     assert ledger.status("ds")[0].releases == 2  # the old charge still counts
-    open_ledger(f"sqlite:///{tmp_path}/ledger.db")  # a second open does not migrate again
+    assert open_ledger(f"sqlite:///{tmp_path}/ledger.db").lineage_key == ledger.lineage_key  # not migrated again
 
 
 # -- with Spark: family functions over files, a catalog table and memory --------------------------------
@@ -283,7 +302,8 @@ def test_a_parquet_path_release_records_a_file_digest_and_a_rerun_sees_new_files
     kw = dict(epsilon=EPS, delta=DELTA, norm_bound=1.0, release_id="sm-1")
     rel = dp.second_moment(spark.read.parquet(parquet_dir), ["x", "y"], **kw)
     lineage = rel.manifest["input"]
-    assert lineage["kind"] == "files" and len(lineage["files_sha256"]) == 64
+    assert lineage["kind"] == "files" and len(lineage["files_hmac_sha256"]) == 64
+    assert lineage == L.input_lineage(spark.read.parquet(parquet_dir), dp.ledger.lineage_key)  # keyed by the ledger
     text = json.dumps(lineage)
     assert "country" not in text and "rows" not in text  # no paths: partition values are data
     assert dp.ledger.lookup("sm-1").lineage == lineage
@@ -311,7 +331,7 @@ def test_a_plain_parquet_table_is_named_with_no_version_and_a_file_digest(spark,
         assert lineage["kind"] == "table"
         [table] = lineage["tables"]
         assert table["name"].endswith(f"default.{name}") and table["provider"] == "parquet"
-        assert table["version"] is None and len(lineage["files_sha256"]) == 64
+        assert table["version"] is None and len(lineage["files_hmac_sha256"]) == 64
         assert dp.ledger.lookup("cs-1").lineage == lineage
         spark.sql(f"INSERT INTO {name} VALUES (0.1, 0.2, 'es')")
         again = dp.count_sketch(spark.table(name).filter("x > 0"), "country", **kw)
@@ -338,7 +358,7 @@ def test_computing_lineage_starts_no_spark_job(spark, parquet_dir):
                           ("lineage-table", spark.table(name).filter("x > 0"))):
             sc.setJobGroup(group, group)
             try:
-                assert L.input_lineage(df)["kind"] in ("files", "table")
+                assert L.input_lineage(df, KEY)["kind"] in ("files", "table")
             finally:
                 sc.setLocalProperty("spark.jobGroup.id", None)
             assert list(sc.statusTracker().getJobIdsForGroup(group)) == []
@@ -361,7 +381,7 @@ def test_a_job_rerun_tells_a_changed_input_without_starting_spark(spark, tmp_pat
     first = json.loads(capsys.readouterr().out)
     assert first["reused"] is False and first["input_changed"] is None
     # The re-run answers from the ledger (no Spark); its pyarrow listing digests exactly what inputFiles() listed.
-    assert L.path_lineage(parquet_dir) == L.input_lineage(spark.read.parquet(parquet_dir))
+    assert L.path_lineage(parquet_dir, KEY) == L.input_lineage(spark.read.parquet(parquet_dir), KEY)
     assert cli_main(["release", cfg]) == 0
     assert json.loads(capsys.readouterr().out)["input_changed"] is False
     spark.createDataFrame([(0.5, 0.5, "it")], "x double, y double, country string") \
@@ -372,5 +392,5 @@ def test_a_job_rerun_tells_a_changed_input_without_starting_spark(spark, tmp_pat
 
 
 def test_path_lineage_cannot_tell_for_globs_and_missing_paths(tmp_path):
-    assert L.path_lineage(str(tmp_path / "*.parquet")) is None
-    assert L.path_lineage(str(tmp_path / "missing")) is None
+    assert L.path_lineage(str(tmp_path / "*.parquet"), KEY) is None
+    assert L.path_lineage(str(tmp_path / "missing"), KEY) is None

@@ -25,11 +25,12 @@ tmp = tempfile.mkdtemp()
 path = os.path.join(tmp, "rows")
 spark.range(50).selectExpr("id / 50.0 AS x", "id % 7 / 7.0 AS y", "id % 3 AS g").write.partitionBy("g").parquet(path)
 spark.read.parquet(path).write.format("parquet").saveAsTable("lineage_cx")
-out = {"files": L.input_lineage(spark.read.parquet(path)), "listed": L.path_lineage(path),
-       "table": L.input_lineage(spark.table("lineage_cx").filter("x > 0")),
-       "memory": L.input_lineage(spark.range(3).selectExpr("id * 1.0 AS x"))}
 dp = DPSession("cx", ledger=f"sqlite:///{tmp}/l.db", epsilon_limit=10, delta_limit=1e-3, output=f"{tmp}/o",
                sampler="numpy")
+key = dp.ledger.lineage_key
+out = {"files": L.input_lineage(spark.read.parquet(path), key), "listed": L.path_lineage(path, key),
+       "table": L.input_lineage(spark.table("lineage_cx").filter("x > 0"), key),
+       "memory": L.input_lineage(spark.range(3).selectExpr("id * 1.0 AS x"), key)}
 rel = dp.second_moment(spark.read.parquet(path), ["x", "y"], epsilon=1.0, delta=1e-6, norm_bound=1.0,
                        release_id="cx-1")
 out["manifest"], out["charge"] = rel.manifest["input"], dp.ledger.lookup("cx-1").lineage
@@ -44,6 +45,6 @@ def test_lineage_over_spark_connect(tmp_path, connect_server):
     assert out["files"]["kind"] == "files" and out["files"] == out["listed"]
     [table] = out["table"]["tables"]
     assert table["name"].endswith("lineage_cx") and table["provider"] == "parquet" and table["version"] is None
-    assert len(out["table"]["files_sha256"]) == 64
+    assert len(out["table"]["files_hmac_sha256"]) == 64
     assert out["memory"] == {"kind": "in_memory"}
     assert out["manifest"] == out["charge"] == out["files"]

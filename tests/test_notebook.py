@@ -1,4 +1,5 @@
-"""notebooks/quickstart.ipynb runs end to end on a local kernel (nbclient); its own local Spark starts in the kernel.
+"""notebooks/quickstart.ipynb runs end to end (nbclient): on a local kernel with its own local Spark,
+and as a Databricks user runs it, on a Spark Connect session (the run's shared Connect server).
 
 The committed notebook carries its outputs (a reader sees results without running it), uses the current
 manifest names, shows a preview and the released intervals, and leaves no temporary directory behind.
@@ -37,12 +38,15 @@ def test_the_committed_notebook_has_its_outputs_and_current_names():
     assert "would refuse: False" in _text(_outputs(nb)) and "[" in _text(_outputs(nb))
 
 
-def test_quickstart_notebook_runs(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPARK_DP_MASTER", "local[2]")
-    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+def _run_notebook(tmp_path) -> list[dict]:
+    """Executes the notebook in a fresh kernel (this process's environment); its code cells' outputs.
+
+    One cell is appended (in memory, not in the file): it prints which SparkSession class the notebook had.
+    """
     scratch = os.path.join(tempfile.gettempdir(), "spark-dp-quickstart-*")
     before = set(glob.glob(scratch))
     nb = nbformat.read(PATH, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell('print("session class:", type(spark).__module__)'))
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()  # raises CellExecutionError on the first failing cell
@@ -57,3 +61,20 @@ def test_quickstart_notebook_runs(tmp_path, monkeypatch):
     assert not any(o.get("output_type") == "error" for o in outputs)
     assert set(glob.glob(scratch)) == before  # its ledger and releases are removed by its last cell
     assert os.listdir(tmp_path) == ["executed.ipynb"]  # and nothing written where it runs
+    return outputs
+
+
+def test_quickstart_notebook_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARK_DP_MASTER", "local[2]")
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    text = _text(_run_notebook(tmp_path))
+    assert "session class: pyspark.sql.session" in text, text[-500:]
+
+
+def test_quickstart_notebook_runs_over_spark_connect(tmp_path, monkeypatch, connect_server):
+    """The notebook unchanged, on a Spark Connect session: what a Databricks serverless or shared-cluster
+    notebook has. ``get_spark()`` in its first cell picks up ``SPARK_REMOTE``, as on Databricks Connect."""
+    monkeypatch.setenv("SPARK_REMOTE", connect_server.url)
+    monkeypatch.delenv("SPARK_DP_MASTER", raising=False)
+    text = _text(_run_notebook(tmp_path))
+    assert "session class: pyspark.sql.connect.session" in text, text[-500:]

@@ -23,6 +23,7 @@ from spark_dp.privacy import Budget, GaussianEvent, SeededSampler
 from spark_dp.privacy.events import event_to_dict
 from spark_dp.privacy.ledger import UnitDeclaration
 from spark_dp.release.preview import Preview, dry_run, predict_accuracy
+from spark_dp.release.release import NoUncertaintyError, load_release
 
 LIMIT = (20.0, 1e-4)
 
@@ -107,7 +108,7 @@ def test_preview_runs_no_job_charges_nothing_and_is_the_release_plan(spark, fram
     method, args, kwargs = CASES[case]
     dp = _session(tmp_path)
     # some budget already spent, by a release of the same privacy unit (charged directly: no Spark needed)
-    unit = UnitDeclaration("u" if ("m2" in case or "m3" in case) else "row", 3 if "m3" in case else 2 if "m2" in case
+    unit = UnitDeclaration("u" if ("m2" in case or "m3" in case) else None, 3 if "m3" in case else 2 if "m2" in case
                            else 1, "replace" if "replace" in case else "add_remove")
     dp.ledger.charge(release_id="earlier", dataset_id="ds", request_sha256="0" * 64, events=[GaussianEvent(3.0)],
                      budget=Budget(0.5, 1e-7), limit=dp.limit, unit=unit)
@@ -386,3 +387,14 @@ def test_preview_of_a_bounded_adassp_regression_is_the_release_in_data_units(fra
         u = rel.uncertainty[name]
         assert np.allclose(p.accuracy[f"half_width_{name}"], (u.high - u.low) / 2, rtol=1e-9, atol=0)
         assert np.allclose(p.accuracy[f"stderr_{name}"], u.stderr, rtol=1e-9, atol=0)
+    # 40 rows: lambda_min of the scaled X^T X is below the refusal threshold the dry run states; the release
+    # refuses its coefficient intervals (kind none), as predicted
+    iv = p.accuracy["in_scaled_units"]["intervals"]
+    # (lambda_min <= trace / 3 <= 40 rows x 3 scaled entries of at most 1, / 3)
+    assert iv["lambda_min_refused_below"] > 40 and "kind none" in iv["how"]
+    assert rel.uncertainty["coefficients"].kind == rel.uncertainty["intercept"].kind == "none"
+    back = load_release(rel.path)  # the manifest and the Parquet files carry the refusal, not numbers
+    assert back.manifest["uncertainty"]["arrays"]["coefficients"]["kind"] == "none"
+    assert np.isnan(back.uncertainty["coefficients"].low).all() and back.uncertainty["coefficients"].stderr is None
+    with pytest.raises(NoUncertaintyError, match="has no interval: no interval: AdaSSP"):
+        back.interval("coefficients")

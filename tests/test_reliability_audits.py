@@ -781,7 +781,7 @@ def rowpass_m4_black(tmp, under):
 # ---- the table ----------------------------------------------------------------------
 # ---- the clipping report: Laplace on (clipped rows, rows), m = 4 rows per unit --------------------
 M_CLIP = 4
-CLIP_SENS = {"add_remove": 2.0 * M_CLIP, "replace": 2.0 * M_CLIP - 1}  # Δ₁ by hand (clipping.py's docstring)
+CLIP_SENS = {"add_remove": 2.0 * M_CLIP, "replace": 2.0 * M_CLIP}  # Δ₁ by hand (clipping.py's docstring)
 
 
 def _clip_counts(rows: np.ndarray) -> np.ndarray:
@@ -803,15 +803,15 @@ def clip_white(neighbors):
 
 
 def clip_black(neighbors):
-    """D: base rows and a unit of m clipped rows (flagged, norm above 1); D': without it (add/remove) or with one
-    unclipped row in its place (replace): the counts differ by m + m, or (m − 1) + m."""
+    """D: base rows and a unit of m clipped rows (flagged, norm above 1); D': without it (add/remove) or with m
+    all-NaN rows in its place (replace; dropped by the policy): the counts differ by m + m either way."""
 
     def black(tmp, under):
         plan = plan_clipping_report(EPS, max_rows_per_unit=M_CLIP, neighbors=neighbors)
         rng = np.random.default_rng(5)
         base = np.column_stack([rng.normal(0, 0.8, size=(50, 2)), rng.uniform(size=50) < 0.3]).astype(float)
         unit = np.tile([2.0, 0.0, 1.0], (M_CLIP, 1))
-        other = np.empty((0, 3)) if neighbors == "add_remove" else np.array([[0.1, 0.1, 0.0]])
+        other = np.empty((0, 3)) if neighbors == "add_remove" else np.tile([np.nan, np.nan, 0.0], (M_CLIP, 1))
         counts = [_clip_counts(np.vstack([base, unit])), _clip_counts(np.vstack([base, other]))]
 
         def run(w, cp_for):

@@ -169,7 +169,7 @@ def test_merge_refuses_another_privacy_unit_or_m(spark, tmp_path, data):
     # ledger datasets, as plans merge them): each part here has its own ledger, same dataset id.
     users = count_sketch(_session(tmp_path / "a"), df, "query", privacy_unit="user_id", max_rows_per_unit=2, **KW)
     rows = count_sketch(_session(tmp_path / "b"), df, "query", seeds=users, max_rows_per_unit=2, **KW)
-    with pytest.raises(ConfigError, match=r"privacy 'privacy_unit': 'user_id' .* vs 'row'"):
+    with pytest.raises(ConfigError, match=r"privacy 'privacy_unit': 'column:user_id' .* vs 'row'"):
         merge_sketches([users, rows])
     other_m = count_sketch(_session(tmp_path / "c"), df, "query", seeds=users, privacy_unit="user_id",
                            max_rows_per_unit=3, **KW)
@@ -177,7 +177,7 @@ def test_merge_refuses_another_privacy_unit_or_m(spark, tmp_path, data):
         merge_sketches([users, other_m])
     other_unit = count_sketch(_session(tmp_path / "d"), df, "query", seeds=users, privacy_unit="query",
                               max_rows_per_unit=2, **KW)
-    with pytest.raises(ConfigError, match=r"privacy 'privacy_unit': 'user_id' .* vs 'query'"):
+    with pytest.raises(ConfigError, match=r"privacy 'privacy_unit': 'column:user_id' .* vs 'column:query'"):
         merge_sketches([users, other_unit])
     same = count_sketch(_session(tmp_path / "a"), df, "query", seeds=users, privacy_unit="user_id",
                         max_rows_per_unit=2, **KW)

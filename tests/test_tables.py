@@ -54,7 +54,7 @@ def _drop(cfg, section, key):
     (lambda c: _drop(c, "dataset", "table"), "dataset.path"),
     (lambda c: c["dataset"].update(table="db.points; drop"), "'dataset.table'"),
     (lambda c: c["dataset"].update(table=3), "dataset.table"),
-    (lambda c: c["dataset"].update(format="csv"), "'dataset.format' parameter does not apply"),
+    (lambda c: c["dataset"].update(format="csv"), "'dataset.format' parameter"),  # a table is delta or iceberg
     (lambda c: c["dataset"].update(options={"a": 1}), "'dataset.options' parameter does not apply"),
     (lambda c: c["dataset"].update(where=5), "dataset.where"),
     (lambda c: (_drop(c, "dataset", "table"), c["dataset"].update(path="p.parquet")), "'dataset.where'"),
@@ -183,10 +183,10 @@ def test_release_rows_and_wrong_tables(spark, db, tmp_path):
 
 
 def test_delta_without_the_delta_runtime_is_a_clean_error(spark, db):
-    """Plain Spark here has no Delta Lake: the table writer says so (Delta itself is untested here)."""
+    """This session has no Delta jars: the table writer says so (Delta itself: tests/warehouse/suite_delta.py)."""
     from spark_dp.release import Release
 
     rel = Release("r-delta", {"v": np.arange(2.0)}, {"dataset_id": "d", "task": "x", "mechanism": "y"})
-    with pytest.raises(ConfigError, match="Delta Lake runtime"):
+    with pytest.raises(ConfigError, match="needs the Delta Lake jars"):
         write_release_table(spark, rel, f"{db}.delta_out", format="delta")
     assert not spark.catalog.tableExists(f"{db}.delta_out")

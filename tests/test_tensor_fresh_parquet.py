@@ -77,10 +77,89 @@ def test_copy_offsets_number_copies_across_units():
     g = [np.array(x, dtype=np.uint64) for x in ([1, 5, 9], [5, 7], [5, 9])]
     units = [(g[0], np.array([1]), np.array([3])), (g[1], np.array([0]), np.array([2])),
              (g[2], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))]
-    out = _fresh.copy_offsets(units)
+    row = {5: [0.5, 0.0, 0.0], 9: [0.0, 0.0, 0.75]}  # the groups sharing a g: their exact rows
+
+    def values(same_5_in_unit_1=True):
+        bits = lambda *gs: _fresh.normalised_bits(np.array([row[x] for x in gs]))  # noqa: E731
+        v1 = bits(5) if same_5_in_unit_1 else _fresh.normalised_bits(np.array([[0.25, 0.0, 0.0]]))
+        return {0: (np.array([1, 2]), bits(5, 9)), 1: (np.array([0]), v1), 2: (np.array([0, 1]), bits(5, 9))}
+
+    assert _fresh.shared_keys(units).tolist() == [5, 9]
+    with pytest.raises(ValueError, match="exact rows"):
+        _fresh.copy_offsets(units)  # never matched by g alone
+    out = _fresh.copy_offsets(units, values())
     assert sorted(out) == [1, 2]
     assert out[1][0].tolist() == [0] and out[1][1].tolist() == [3]  # value 5: 3 copies in unit 0 before
     assert out[2][0].tolist() == [0, 1] and out[2][1].tolist() == [5, 1]  # 5: 3 + 2 before; 9: 1 before
+    # unit 1's group of g 5 holds another row (a collision): numbered apart from the 5s, which skip it
+    out = _fresh.copy_offsets(units, values(same_5_in_unit_1=False))
+    assert sorted(out) == [2] and out[2][0].tolist() == [0, 1] and out[2][1].tolist() == [3, 1]
+
+
+def _assign(units_X, passes, state):
+    """Each row's pass as the direct path computes it: keys, exact values of shared g, offsets, passes."""
+    hashes = [_fresh.unit_hashes(X, state) for X in units_X]
+    groups = [_fresh.unit_groups(h) for h in hashes]
+    shared = _fresh.shared_keys(groups)
+    values = {}
+    for u, (X, h) in enumerate(zip(units_X, hashes, strict=True)):
+        idx, rows = _fresh.group_values(h, _fresh.normalised_bits(X), shared)
+        if idx.size:
+            values[u] = (idx, rows)
+    offsets = _fresh.copy_offsets(groups, values)
+    return [_fresh.unit_passes(h, passes, offsets.get(u)) for u, h in enumerate(hashes)]
+
+
+def _reference(units_X, passes, state):
+    """The definition: c numbers each exact (normalised) value's copies in row order; pass = pmod(h(g, c))."""
+    seen: dict[bytes, int] = {}
+    out = []
+    for X in units_X:
+        bits = _fresh.normalised_bits(X)
+        g = _fresh.row_states(bits, state)
+        c = np.empty(X.shape[0], dtype=np.uint64)
+        for i in range(X.shape[0]):
+            key = bits[i].tobytes()
+            seen[key] = seen.get(key, 0) + 1
+            c[i] = seen[key]
+        out.append(np.mod(_fresh.hash_int(c, g).view(np.int64), passes))
+    return out
+
+
+@pytest.mark.parametrize("low_bits", [0, 3, 64])
+def test_colliding_hashes_never_move_another_row(monkeypatch, low_bits):
+    """Forced collisions (g cut to its low bits, or one constant): rows are still numbered by exact value.
+
+    Each row's pass is the definition's (a function of the multiset of rows), so adding one row, a new value or
+    a copy, in any unit, moves no other row: one pass per row, whatever collides.
+    """
+    real = _fresh.row_states
+    mask = np.uint64((1 << low_bits) - 1)  # 64: the real hash
+    monkeypatch.setattr(_fresh, "row_states", lambda bits, state: real(bits, state) & mask)
+    rng = np.random.default_rng(8)  # test data, not noise
+    units = [rng.integers(-3, 4, size=(n, D)) / 4.0 for n in (40, 25, 31)]  # many repeats, across units too
+    units[1][:3] = units[0][:3]
+    units[2][0] = [-0.0, 0.25, 0.5]  # -0.0 and 0.0 are one value (Spark's comparison)
+    units[2][1] = [0.0, 0.25, 0.5]
+    passes, state = 5, _fresh.seed_state(2**40 + 3)
+    before = _pairs(units, _assign(units, passes, state))
+    assert before == _pairs(units, _reference(units, passes, state))  # the definition's passes (Spark's)
+    for u in range(3):
+        for extra in (units[0][0], np.array([3.0, -2.0, 1.0])):  # a copy of an existing value; a new value
+            more = [X if i != u else np.vstack([X[:5], extra, X[5:]]) for i, X in enumerate(units)]
+            after = _pairs(more, _assign(more, passes, state))
+            added = after - before
+            assert not before - after, (u, extra)  # no row of D left its pass ...
+            assert sum(added.values()) == 1 and next(iter(added))[0] == _fresh.normalised_bits(
+                extra[None, :])[0].tobytes()  # ... and D' adds exactly the new row
+
+
+def _pairs(units_X, passes_of):
+    """The multiset of (exact normalised row, pass): what a pass holds (copies of a value are interchangeable)."""
+    from collections import Counter
+
+    return Counter((b.tobytes(), int(p)) for X, ps in zip(units_X, passes_of, strict=True)
+                   for b, p in zip(_fresh.normalised_bits(X), ps, strict=True))
 
 
 @pytest.mark.parametrize("seed, nonfinite, distinct", [(12345, "drop", False), (2**61 + 7, "zero", False),
@@ -189,3 +268,28 @@ def test_an_array_column_with_zero_policy_keeps_the_spark_path(spark, tmp_path, 
                              rng=np.random.default_rng(1))
     lines = _path_lines(caplog)
     assert lines and "Spark reader path (fresh mode over an array column with nonfinite='zero')" in lines[-1]
+
+
+def test_the_pass_seed_is_secret_whatever_the_callers_rng(spark, tmp_path, monkeypatch):
+    """Two fresh-mode releases with one seeded ``rng``: the pass seeds differ (the session sampler's OS entropy)."""
+    import spark_dp.aggregates.moments as moments
+    from spark_dp.privacy import NumpySampler
+
+    seeds = []
+    real = moments.prepare_rows
+
+    def recording(*args, **kw):
+        seeds.append(kw["seed"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(moments, "prepare_rows", recording)
+    rng = np.random.default_rng(0)  # test data, not noise
+    df = spark.createDataFrame([tuple(float(v) for v in r) for r in rng.normal(0, 0.3, size=(60, D))], COLS)
+    for i in range(2):
+        session = spark_dp.DPSession(f"t.seed{i}", ledger=f"sqlite:///{tmp_path}/l.db", epsilon_limit=100.0,
+                                     delta_limit=1e-3, output=str(tmp_path / "out"), sampler=NumpySampler())
+        tensor_decomposition(session, df, columns=COLS, k=1, epsilon=10.0, delta=1e-4, norm_bound=1.0, restarts=2,
+                             iterations=2, mode="fresh", rng=np.random.default_rng(42))
+    assert len(seeds) == 2 and seeds[0] != seeds[1] and all(0 <= s < 2**62 for s in seeds)
+    stale = np.random.default_rng(42)  # what the start-vector generator would have given
+    assert not {int(stale.integers(0, 2**62)) for _ in range(50)} & set(seeds)

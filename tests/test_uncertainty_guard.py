@@ -78,6 +78,10 @@ def _missing(rel, task, mechanism, params) -> list[tuple]:
                         _excluded(task, mechanism, params, name)))
         else:
             u = rel.uncertainty[name]
+            if u.kind == "none":  # refused: no numbers, and the reason in the method
+                assert np.isnan(u.low).all() and np.isnan(u.high).all() and u.stderr is None, (task, mechanism, name)
+                assert u.method.startswith("no interval: "), (task, mechanism, params, name, u.method)
+                continue
             assert u.low.shape == np.shape(rel[name]) and np.all(u.low <= u.high), (task, mechanism, params, name)
     return out
 

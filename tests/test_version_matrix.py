@@ -9,10 +9,10 @@ checks that driver and executors import spark_dp from site-packages): the demo,
 one release per family, idempotence, budget refusal and, where the version
 has a Connect server in its pip package, a Spark Connect release.
 
-* ``spark35``: pyspark 3.5 (latest patch). No Connect check: pyspark 3.5's
-  package does not contain the Connect server (``spark-connect_2.12`` jar);
-  ``start-connect-server.sh`` fetches it from Maven with ``--packages``, which
-  this machine and CI cannot reach.
+* ``spark35``: pyspark 3.5.7, classic. Spark Connect on 3.5 runs in
+  tests/test_connect35.py, in the same venv, against a 3.5.7 Connect server
+  whose jar (``spark-connect_2.12``, not in pyspark's package) Spark's
+  ``--packages`` fetches from Maven Central.
 * ``spark43-pandas3``: pyspark 4.3 with pandas 3 and the ``[connect]`` extra.
 * ``spark40``, ``spark41``, ``spark42`` (the full matrix, only with
   ``SPARK_DP_MATRIX=full``, i.e. ``make smoke-all``): pyspark 4.0, 4.1 and

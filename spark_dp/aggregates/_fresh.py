@@ -10,30 +10,37 @@ NaN = NaN). The assignment is a function of the multiset of rows and the
 seed: adding or removing one row adds or removes one (x, c) pair and moves
 no other row.
 
-Here the tasks compute the same function while reading the files, in two
-steps:
+Here the tasks compute the same function while reading the files, in up
+to three steps:
 
 1. **Keys** (one Spark job over the tasks, :func:`unit_groups`): each
    work unit (row groups of one file) groups its rows by exact (normalised)
    value and numbers the copies inside the unit; it sends the driver each
    group's keyed hash ``g = xxhash64(seed, x)`` (the state before c: 8 bytes
    per distinct row) and the counts above 1.
-2. **Offsets** (driver, :func:`copy_offsets`): a value present in several
+2. **Values** (a second job, only when some g is held by more than one
+   group, in one unit or across units: a value repeated across units, or
+   two different values whose g collide; :func:`shared_keys`,
+   :func:`group_values`): the tasks send the exact (normalised) row of each
+   such group, so that the driver matches groups by value, never by g alone.
+3. **Offsets** (driver, :func:`copy_offsets`): a value present in several
    units gets its copies numbered across them in unit order: the copies of
    unit u start after those of the units before it. Only those (unit,
    group, offset) entries travel to the pass tasks, which then compute
    c = offset + local number and the pass exactly as Spark does
    (:func:`unit_passes`).
 
-**Equal to Spark's assignment** row for row, except that across units (and
-between two different values inside one unit whose g coincide) values are
-matched by g, a 64-bit hash keyed by the seed: two *different* rows whose g
-collide share one numbering of their copies. For rows not chosen with the
-seed's knowledge that has probability at most n²/2⁶⁵ (about 10⁻⁷ at
-2·10⁶ rows), and even then every row is in exactly one pass and the
-assignment still depends on the rows' values and the seed only (the passes
-stay disjoint; the pass sizes keep their distribution). The seed (drawn from
-the random-start generator, OS entropy by default) is not released.
+**Equal to Spark's assignment** row for row: copies are numbered among rows
+that are equal (as Spark compares them), whatever their g; two different
+rows whose g collide are numbered apart, each from 1, and get the pass
+Spark gives them (``xxhash64(seed, x, c)`` continues from g, so equal g and
+equal c give equal passes on both paths). Adding or removing one row
+therefore moves no other row to another pass, even on a collision (by
+chance at most n²/2⁶⁵, or chosen by someone who knows the seed).
+
+The seed is drawn for every release from the session sampler's key (OS
+entropy; :func:`spark_dp.tensor.api.pass_seed`), never from the
+user-seedable random-start generator, and is not released.
 
 Array columns with null *elements* under ``nonfinite="zero"`` are not
 handled here (Spark's hash skips a null element, the tasks see NaN): the
@@ -173,29 +180,76 @@ def unit_groups(hashes: UnitHashes) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return g[first], big, counts[big]
 
 
-def copy_offsets(units: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Where each unit's copies start, for the groups whose g other units (or groups) share.
+def shared_keys(units: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
+    """The g values held by more than one group (across units, or two values of one unit), sorted and unique.
+
+    Their groups' copies may have to be numbered across groups; :func:`copy_offsets`
+    needs those groups' exact rows (:func:`group_values`) to number them by value.
+    """
+    if not units:
+        return np.zeros(0, dtype=np.uint64)
+    gs = np.sort(np.concatenate([u[0] for u in units]))
+    return np.unique(gs[1:][gs[1:] == gs[:-1]])
+
+
+def group_values(hashes: UnitHashes, bits: np.ndarray, shared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(groups, rows)``: the unit's groups whose g is in ``shared`` and each one's normalised row (uint64 bits).
+
+    ``bits``: :func:`normalised_bits` of the unit's raw rows (those :func:`unit_hashes` hashed).
+    """
+    g, groups = hashes
+    if isinstance(groups, np.ndarray):  # all distinct: group j is the row with the j-th smallest g
+        idx = np.flatnonzero(np.isin(groups, shared))
+        rows = np.argsort(g, kind="stable")[idx]
+    else:
+        _, _, first = groups
+        idx = np.flatnonzero(np.isin(g[first], shared))
+        rows = first[idx]
+    return idx.astype(np.int64), np.ascontiguousarray(bits[rows])
+
+
+def copy_offsets(units: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                 values: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+                 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Where each unit's copies start, for the groups whose value other units (or groups) hold.
 
     ``units[u]`` is :func:`unit_groups`' result for unit u (units in task
-    order). Returns ``{u: (groups, offsets)}`` with offsets > 0 only: the
-    copies of a g are numbered in unit order, then group order.
+    order); ``values[u]`` is :func:`group_values`' result for unit u and
+    :func:`shared_keys` (required when that is not empty). Copies are
+    numbered per exact value (g and the row's bits), in unit order, then
+    group order: groups with one g but different rows are numbered apart.
+    Returns ``{u: (groups, offsets)}`` with offsets > 0 only.
     """
     if not units:
         return {}
     sizes = [u[0].shape[0] for u in units]
     all_g = np.concatenate([u[0] for u in units])
-    if not any(u[1].size for u in units):
-        gs = np.sort(all_g, kind="stable")  # sorted runs, one per unit: a merge
-        if not (gs[1:] == gs[:-1]).any():
-            return {}  # no value in two units (nor two groups): every copy number is local
+    shared = shared_keys(units)
+    if not any(u[1].size for u in units) and not shared.size:
+        return {}  # no value in two units (nor two groups): every copy number is local
+    base = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    key = np.arange(all_g.shape[0], dtype=np.int64)  # a group whose g no other group holds: its own value
+    if shared.size:
+        at = np.flatnonzero(np.isin(all_g, shared))
+        if values is None:
+            raise ValueError("bug: groups share a g; their exact rows (group_values) are needed to number copies")
+        pos, rows = [], []
+        for u, (idx, bits) in values.items():
+            pos.append(base[u] + idx)
+            rows.append(bits.reshape(idx.shape[0], -1))
+        pos_a = np.concatenate(pos) if pos else np.zeros(0, dtype=np.int64)
+        if not np.array_equal(np.sort(pos_a), at):
+            raise ValueError("bug: the exact rows given do not match the groups that share a g")
+        full = np.column_stack([all_g[pos_a], np.concatenate(rows)]) if pos_a.size else np.zeros((0, 1), np.uint64)
+        _, inverse = np.unique(full, axis=0, return_inverse=True)  # one id per exact (g, row)
+        key[pos_a] = all_g.shape[0] + inverse.reshape(-1)
     unit_of = np.repeat(np.arange(len(units)), sizes)
     group_of = np.concatenate([np.arange(s) for s in sizes])
     counts = np.ones(all_g.shape[0], dtype=np.int64)
-    base = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     for u, (_, big, c) in enumerate(units):
         counts[base[u] + big] = c
-    order = np.argsort(all_g, kind="stable")  # sorted runs per unit: a merge; ties in unit, then group order
-    gs, cs = all_g[order], counts[order]
+    order = np.argsort(key, kind="stable")  # ties (one value) in unit, then group order
+    gs, cs = key[order], counts[order]
     run_start = np.concatenate([[True], gs[1:] != gs[:-1]])
     csum = np.cumsum(cs)
     before = csum - cs  # copies before this entry, over all entries

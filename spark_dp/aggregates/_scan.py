@@ -189,7 +189,7 @@ def parquet_scan(df: DataFrame, columns: Sequence[str]) -> Scan:
         return Scan(None, f"the input files could not be listed ({type(e).__name__})")
     if not files:
         return Scan(None, "the scan has no files")
-    return Scan(files, f"a plain Parquet scan of {len(files)} file(s)")
+    return Scan(files, "a plain Parquet scan")  # never the file count: it grows with the data (logged at INFO)
 
 
 _PLAN_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

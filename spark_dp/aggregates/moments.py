@@ -382,7 +382,15 @@ class ParquetRows:
                                          strict=True):
                 units[u] = (np.frombuffer(g, dtype=np.uint64), np.frombuffer(big, dtype=np.int64),
                             np.frombuffer(counts, dtype=np.int64))
-        self.fresh = FreshPasses(int(passes), state, _fresh.copy_offsets(units))
+        shared = _fresh.shared_keys(units)
+        values = None
+        if shared.size:  # groups share a g (copies across units, or a collision): match them by exact row
+            fn = parquet_values_fn(self.tasks, self.columns, self.layout, self.d, state, shared)
+            table = to_arrow(task_ids(self.spark, self.tasks).mapInArrow(fn, _VALUES_SCHEMA))
+            values = {u: (np.frombuffer(idx, dtype=np.int64), np.frombuffer(rows, dtype=np.uint64).reshape(-1, self.d))
+                      for u, idx, rows in zip(*(table.column(c).to_pylist() for c in ("unit", "groups", "rows")),
+                                              strict=True)}
+        self.fresh = FreshPasses(int(passes), state, _fresh.copy_offsets(units, values))
 
     @property
     def uris(self) -> list[str]:
@@ -584,6 +592,7 @@ class FreshPasses(NamedTuple):
 
 
 _GROUPS_SCHEMA = "unit long, g binary, big binary, counts binary"
+_VALUES_SCHEMA = "unit long, groups binary, rows binary"
 
 
 def indexed_units(tasks: Sequence[Sequence[Unit]], batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Unit]]:
@@ -634,6 +643,29 @@ def parquet_groups_fn(tasks: Sequence[Sequence[Unit]], columns: Sequence[str], l
                 names=["unit", "g", "big", "counts"])
 
     return groups
+
+
+def parquet_values_fn(tasks: Sequence[Sequence[Unit]], columns: Sequence[str], layout: str, d: int, state: int,
+                      shared: np.ndarray) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of :meth:`ParquetRows.assign_passes`' second job: per unit, the exact rows of
+    its groups whose g is in ``shared`` (:func:`spark_dp.aggregates._fresh.group_values`).
+    """
+    from spark_dp.aggregates._fresh import group_values, normalised_bits, unit_hashes
+
+    tasks = [list(t) for t in tasks]
+    columns = list(columns)
+    shared = np.asarray(shared, dtype=np.uint64)
+
+    def values(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for index, unit in indexed_units(tasks, batches):
+            X = _raw_unit(unit, columns, layout, d)
+            idx, rows = group_values(unit_hashes(X, state), normalised_bits(X), shared)
+            if idx.size:
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([index], pa.int64()), pa.array([idx.tobytes()], pa.binary()),
+                     pa.array([rows.tobytes()], pa.binary())], names=["unit", "groups", "rows"])
+
+    return values
 
 
 def _pass_rows(rows: np.ndarray, pass_index: int | None) -> np.ndarray:

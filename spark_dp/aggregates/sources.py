@@ -22,17 +22,32 @@ from spark_dp.params import FORMATS, TABLE, check_path_exists, check_table_name,
 log = logging.getLogger("spark_dp")
 
 
-def read_table(spark: SparkSession, name: str, where: str | None = None) -> DataFrame:
+TIME_TRAVEL_OPTIONS = ("versionAsOf", "timestampAsOf", "snapshot-id", "as-of-timestamp")
+_NO_VERSION = ("VersionNotFound", "DELTA_VERSION", "DELTA_TIMESTAMP", "Cannot find a snapshot", "Cannot find snapshot",
+               "Cannot time travel", "TIMESTAMP_GREATER", "before the earliest", "after the latest")
+
+
+def _no_such_version(text: str) -> bool:
+    """Whether a read error says the requested table version / snapshot / time does not exist (public metadata)."""
+    return any(t in text for t in _NO_VERSION)
+
+
+def read_table(spark: SparkSession, name: str, where: str | None = None, options: dict | None = None) -> DataFrame:
     """``spark.table(name)``, filtered by the SQL expression ``where`` if given.
+
+    ``options``: the reader's time-travel options (:data:`TIME_TRAVEL_OPTIONS`:
+    Delta's ``versionAsOf`` / ``timestampAsOf``, Iceberg's ``snapshot-id`` /
+    ``as-of-timestamp``), read with ``spark.read.options(...).table(name)``.
 
     Raises:
         SchemaError: the table does not exist, or ``where`` does not parse or
             names unknown columns (public facts, raised before any charge).
     """
     check_table_name(name)
-    log.info("reading table %s%s", name, f" where {where}" if where else "")  # public: names, never counts
+    log.info("reading table %s%s%s", name, f" where {where}" if where else "",
+             f" as of {options}" if options else "")  # public: names and versions, never counts
     try:
-        df = spark.table(name)
+        df = spark.read.options(**options).table(name) if options else spark.table(name)
         if where:
             df = df.filter(where)
         df.schema  # noqa: B018 - analyse now (lazy on Connect): a bad name or filter is a request error
@@ -40,6 +55,8 @@ def read_table(spark: SparkSession, name: str, where: str | None = None) -> Data
         text = str(exc)
         if "TABLE_OR_VIEW_NOT_FOUND" in text or "SCHEMA_NOT_FOUND" in text:
             raise SchemaError(f"Input table {name!r} does not exist.") from None
+        if options and _no_such_version(text):
+            raise SchemaError(f"Table {name!r} has no version {options}: {text.splitlines()[0][:200]}") from None
         if where and any(t in text for t in ("PARSE_SYNTAX_ERROR", "UNRESOLVED_COLUMN", "ParseException",
                                                "DATATYPE_MISMATCH")):
             raise SchemaError(f"The 'dataset.where' filter {where!r} is not valid for table {name!r}: "
@@ -60,9 +77,11 @@ def read_dataset(spark: SparkSession, path: str, fmt: str = "parquet", options: 
     if fmt == TABLE:
         opts = dict(options or {})
         where = opts.pop("where", None)
+        travel = {k: opts.pop(k) for k in TIME_TRAVEL_OPTIONS if k in opts}
         if opts or schema is not None:
-            raise SchemaError(f"Options {sorted(opts) or ['schema']} do not apply to a table dataset (only 'where').")
-        return read_table(spark, path, where)
+            raise SchemaError(f"Options {sorted(opts) or ['schema']} do not apply to a table dataset "
+                              "(only 'where' and time travel).")
+        return read_table(spark, path, where, travel)
     check_path_exists(path)
     reader = spark.read.format(fmt)
     opts = dict(options or {})
@@ -79,6 +98,9 @@ def read_dataset(spark: SparkSession, path: str, fmt: str = "parquet", options: 
     except Exception as exc:  # AnalysisException / ParseException or Connect's equivalents
         if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
             raise SchemaError(f"Input path {path!r} does not exist.") from None
+        travel = {k: v for k, v in opts.items() if k in TIME_TRAVEL_OPTIONS}
+        if travel and _no_such_version(str(exc)):
+            raise SchemaError(f"Input {path!r} has no version {travel}: {str(exc).splitlines()[0][:200]}") from None
         if schema is not None and isinstance(exc, ParseException):
             first = str(exc).strip().splitlines()[0]
             raise SchemaError(f"The 'dataset.schema' parameter is not a valid Spark DDL schema ({schema!r}): "

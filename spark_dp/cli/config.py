@@ -32,7 +32,12 @@ OWNER = "the config"
 # privacy.mode: "dp" (default) or "none" — the explicit opt-in for a non-private
 # mechanism on the dataset's rows (tensor online_power_method); see tensor.api.
 PRIVACY_MODES = ("dp", "none")
-TABLE_FORMATS = ("parquet", "delta")
+TABLE_FORMATS = ("parquet", "delta", "iceberg")
+# Versioned table formats a dataset may declare: Delta Lake (a path or a catalog table) and Apache Iceberg
+# (a catalog table). Declaring one lets a job arrange its jars (spark_dp.runtime.table_format_conf) and
+# read an older version (time travel: dataset.version / dataset.timestamp / dataset.snapshot_id).
+VERSIONED_FORMATS = ("delta", "iceberg")
+PATH_VERSIONED_FORMATS = ("delta",)
 LARGE_EPSILON = 5.0
 
 
@@ -53,6 +58,8 @@ DATASET = {
     "id": Key(P.Str(), required=True),
     # where the data is: files (path, format, options) or a catalog table (table, where) — _dataset_source
     "path": Key(), "table": Key(), "where": Key(), "format": Key(), "options": Key(), "schema": Key(),
+    # time travel on a Delta / Iceberg dataset — _time_travel
+    "version": Key(), "timestamp": Key(), "snapshot_id": Key(),
     "columns": Key(),  # required but for an explicit tensor (format: tensor) — _columns
     "dimension": Key(P.PARAMS["dimension"]),
     "privacy_unit": Key(P.PARAMS["privacy_unit"]),
@@ -146,6 +153,10 @@ class DatasetConfig:
     extra: dict = field(default_factory=dict)  # task-specific keys (TaskSpec.dataset_keys)
     #: The files' schema as a Spark DDL string (``"ab INT, h INT, r DOUBLE"``): read with it, no inference scan.
     schema: str | None = None
+    #: The declared table format of a path or table dataset (``delta``, ``iceberg``), or None.
+    provider: str | None = None
+    #: Time travel: ``{"version": N}``, ``{"timestamp": "…"}`` or ``{"snapshot_id": N}`` (at most one), or {}.
+    as_of: dict = field(default_factory=dict)
 
     @property
     def table(self) -> str | None:
@@ -168,16 +179,21 @@ def _dataset_source(ds: dict, spec) -> tuple[str, str, dict]:
         if ds.get("where") is not None:
             raise ConfigError("The 'dataset.where' parameter applies to 'dataset.table' only; filter files upstream.")
         path = V.check_str("dataset.path", ds["path"], owner=OWNER)
-        fmt = V.check_option("dataset.format", ds.get("format", "parquet"), spec.formats or FORMATS, owner=OWNER)
+        allowed = spec.formats or FORMATS
+        if "parquet" in allowed:  # a task that reads Spark tables reads Delta tables too
+            allowed = (*allowed, *PATH_VERSIONED_FORMATS)
+        fmt = V.check_option("dataset.format", ds.get("format", "parquet"), allowed, owner=OWNER)
         options = ds.get("options") or {}
         if not isinstance(options, dict):
             raise ConfigError(f"The 'dataset.options' parameter must be a mapping. Got {options!r} instead.")
         return path, fmt, dict(options)
     if spec.formats is not None and "parquet" not in spec.formats:
         raise ConfigError(f"The 'dataset.table' parameter is not supported for task {spec.name!r}.")
-    for key in ("format", "options", "schema"):
+    for key in ("options", "schema"):
         if ds.get(key) is not None:
             raise ConfigError(f"The 'dataset.{key}' parameter does not apply to 'dataset.table'; remove it.")
+    if ds.get("format") is not None:  # declares the table's format (its jars, its time-travel options)
+        V.check_option("dataset.format", ds["format"], VERSIONED_FORMATS, owner=OWNER)
     table = P.TableName().check("dataset.table", ds["table"], owner=OWNER)
     where = ds.get("where")
     if where is not None:
@@ -216,6 +232,44 @@ def _schema(ds: dict, fmt: str) -> str | None:
     return schema
 
 
+def _time_travel(ds: dict, fmt: str) -> tuple[str | None, dict, dict]:
+    """(provider, as_of, reader options) of ``dataset.version`` / ``timestamp`` / ``snapshot_id`` (at most one).
+
+    ``version`` is a Delta table version (``versionAsOf``), ``snapshot_id`` an
+    Iceberg snapshot (``snapshot-id``), ``timestamp`` either
+    (``timestampAsOf`` / ``as-of-timestamp``, in milliseconds for Iceberg).
+    """
+    provider = fmt if fmt in VERSIONED_FORMATS else (ds.get("format") if fmt == TABLE else None)
+    given = [k for k in ("version", "timestamp", "snapshot_id") if ds.get(k) is not None]
+    if not given:
+        return provider, {}, {}
+    if len(given) > 1:
+        raise ConfigError(f"Give at most one of 'dataset.{given[0]}' and 'dataset.{given[1]}' in the config.")
+    key = given[0]
+    needs = {"version": ("delta",), "snapshot_id": ("iceberg",), "timestamp": VERSIONED_FORMATS}[key]
+    if provider not in needs:
+        raise ConfigError(f"The 'dataset.{key}' parameter (time travel) needs 'dataset.format' "
+                          f"{' or '.join(repr(f) for f in needs)}. Got {provider or fmt!r} instead.")
+    value = ds[key]
+    if key == "timestamp":
+        text = V.check_str("dataset.timestamp", value, owner=OWNER) if not hasattr(value, "isoformat") \
+            else value.isoformat(sep=" ")
+        try:
+            from datetime import UTC, datetime
+
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            raise ConfigError(f"The 'dataset.timestamp' parameter must be an ISO date or time such as "
+                              f"'2026-11-30 12:00:00' (UTC unless it has an offset). Got {value!r} instead.") from None
+        parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+        if provider == "iceberg":
+            return provider, {key: text}, {"as-of-timestamp": str(int(parsed.timestamp() * 1000))}
+        return provider, {key: text}, {"timestampAsOf": parsed.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")}
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"The 'dataset.{key}' parameter must be an integer >= 0. Got {value!r} instead.")
+    return provider, {key: value}, {"versionAsOf" if key == "version" else "snapshot-id": str(value)}
+
+
 def _read_dataset(raw: dict, spec) -> DatasetConfig:
     """The ``dataset`` section: :data:`DATASET` plus the task's ``dataset_keys``."""
     explicit_tensor = isinstance(ds := raw.get("dataset"), dict) and ds.get("format") == "tensor"
@@ -224,7 +278,9 @@ def _read_dataset(raw: dict, spec) -> DatasetConfig:
     path, fmt, options = _dataset_source(ds, spec)
     columns = _columns(ds, explicit_tensor)
     schema = _schema(ds, fmt)
-    return DatasetConfig(path=path, format=fmt, columns=columns, options=options, schema=schema,
+    provider, as_of, travel = _time_travel(ds, fmt)
+    return DatasetConfig(path=path, format=fmt, columns=columns, options={**options, **travel}, schema=schema,
+                         provider=provider, as_of=as_of,
                          **_checked(ds, "dataset", DATASET),
                          extra=_task_keys(ds, "dataset", spec.dataset_keys))
 
@@ -309,7 +365,7 @@ def _read_ledger(raw: dict, privacy: PrivacyConfig) -> LedgerConfig:
 class OutputConfig:
     """The ``output`` section: the release directory root (always), and optionally a warehouse table.
 
-    ``format`` is the table's format (``parquet`` or ``delta``); the release
+    ``format`` is the table's format (``parquet``, ``delta`` or ``iceberg``); the release
     directory is always Parquet + manifest.json.
     """
 
@@ -355,6 +411,12 @@ class JobConfig:
     ledger: LedgerConfig
     output: OutputConfig
     sha256: str
+
+    @property
+    def table_formats(self) -> tuple[str, ...]:
+        """The Delta / Iceberg formats the job reads or writes (their jars go into a session spark-dp creates)."""
+        formats = {self.dataset.provider, self.output.format if self.output.table else None}
+        return tuple(sorted(f for f in formats if f in VERSIONED_FORMATS))
 
     @classmethod
     def from_dict(cls, raw: Any, *, check_paths: bool = True) -> JobConfig:

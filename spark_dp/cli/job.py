@@ -31,7 +31,7 @@ def plan_events(config: JobConfig) -> list:
 
 def config_unit(config: JobConfig) -> UnitDeclaration:
     """The privacy unit the job's release will protect (checked against the ledger before Spark starts)."""
-    return unit_of({"neighbors": config.privacy.neighbors, "privacy_unit": config.dataset.privacy_unit,
+    return unit_of({"neighbors": config.privacy.neighbors, "privacy_unit_column": config.dataset.privacy_unit,
                     "max_rows_per_unit": config.dataset.max_rows_per_unit})
 
 
@@ -83,7 +83,7 @@ def preview_job(config: JobConfig, *, spark=None, n: int | None = None, **extra)
     with nullcontext(active) if active is not None else dry_run(n=n):
         session = session_for(config)
         if spark is None and config.spec.needs_spark:
-            spark = get_spark(f"spark-dp {config.task} (dry run)")
+            spark = get_spark(f"spark-dp {config.task} (dry run)", config.table_formats)
         preview = config.spec.run(session, config, spark, **extra)
     if not isinstance(preview, Preview):
         raise RuntimeError(f"bug: task {config.task!r} did not reach the release pipeline in a dry run")
@@ -125,50 +125,60 @@ def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
     if config.release_id is not None:
         release = session.stored_release(config.release_id, config_sha256=config.sha256)
         if release is not None:  # still say whether the input changed since (file inputs: no Spark needed)
-            note_input_change(release, _input_lineage(config, spark))
+            note_input_change(release, _input_lineage(config, spark, session.ledger.lineage_key))
     if release is None:
         # Over budget → fail here, before Spark starts (the release path checks again).
         if config.privacy.mode != "none":  # a non-private run charges nothing (the API refuses budgeted datasets)
             session.ledger.check(config.dataset.id, plan_events(config), session.limit, unit=config_unit(config))
         if spark is None and config.spec.needs_spark:
-            spark = get_spark(f"spark-dp {config.task}")
+            spark = get_spark(f"spark-dp {config.task}", config.table_formats)
         log.info("release %s: task %s (%s) on dataset %s", config.release_id or "(new id)", config.task,
                  config.mechanism, config.dataset.id)
         with spark_tag(spark if config.spec.needs_spark else None,
                        f"spark-dp:{config.task}:{config.release_id or config.dataset.id}"):
             release = config.spec.run(session, config, spark, **extra)
     if config.output.table is not None:
-        spark = spark or get_spark(f"spark-dp {config.task}")
+        spark = spark or get_spark(f"spark-dp {config.task}", config.table_formats)
         with spark_tag(spark, f"spark-dp:publish:{release.release_id}"):
             write_release_table(spark, release, config.output.table, format=config.output.format)
     return release
 
 
-def _input_lineage(config: JobConfig, spark) -> dict | None:
-    """The job input's lineage without a Spark job: files listed with pyarrow; a table only given a session."""
+def _input_lineage(config: JobConfig, spark, key: bytes) -> dict | None:
+    """The job input's lineage without a Spark job: files listed with pyarrow; a table only given a session.
+
+    ``key``: the ledger's lineage key (the file digest is keyed with it).
+    """
     from spark_dp.params import TABLE
     from spark_dp.release.lineage import input_lineage, path_lineage
 
     try:
+        if config.dataset.format == "delta":  # the Delta log, read with pyarrow: the version a read would get
+            from spark_dp.release.lineage import delta_path_lineage
+
+            return delta_path_lineage(config.dataset.path, config.dataset.as_of)
         if config.dataset.format != TABLE:
-            return path_lineage(config.dataset.path)
+            return path_lineage(config.dataset.path, key)
         if spark is None:
             log.info("release %s: input table %s not checked for changes (the re-run does not start Spark)",
                      config.release_id, config.dataset.path)
             return None
         from spark_dp.aggregates import read_dataset
 
-        return input_lineage(read_dataset(spark, config.dataset.path, TABLE, config.dataset.options))
+        return input_lineage(read_dataset(spark, config.dataset.path, TABLE, config.dataset.options), key)
     except Exception as exc:  # noqa: BLE001 - lineage is metadata: never fail a re-run over it
         log.info("release %s: input lineage not computed (%s)", config.release_id, type(exc).__name__)
         return None
 
 
-def get_spark(app_name: str):
-    """The job's SparkSession (classic, or Spark Connect with SPARK_REMOTE); see :mod:`spark_dp.runtime`."""
+def get_spark(app_name: str, formats=()):
+    """The job's SparkSession (classic, or Spark Connect with SPARK_REMOTE); see :mod:`spark_dp.runtime`.
+
+    ``formats``: the Delta / Iceberg formats the job uses (a new local session gets their jars).
+    """
     from spark_dp.runtime import get_spark as _get
 
-    return _get(app_name)
+    return _get(app_name, formats=formats)
 
 
 @contextmanager

@@ -3,7 +3,8 @@
     spark-dp release CONFIG                 run a release job (also: spark-submit jobs/release.py CONFIG)
     spark-dp release --dry-run [--n N] CONFIG   what it would cost and how accurate it would be (JSON; spends nothing)
     spark-dp ledger --uri URI [--dataset ID] [--set-limit EPS DELTA] [--set-lifetime-limit EPS DELTA]
-                    [--record-crash RELEASE_ID REASON] [--charges] [--export PATH.parquet|TABLE] [--json]
+                    [--record-crash RELEASE_ID REASON] [--keep-unit-of PERIOD_ID] [--charges]
+                    [--export PATH.parquet|TABLE] [--export-format parquet|delta|iceberg] [--json]
     spark-dp estimate RELEASE_DIR --items FILE            item,estimate,low,high CSV from a count_sketch release
     spark-dp heavy-hitters RELEASE_DIR [--candidates PATH] [--top N] [--threshold T]
     spark-dp plan run PLAN --date YYYY-MM-DD [--entry NAME ...] [--dry-run]   run (or preview) what a plan has due
@@ -84,7 +85,9 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
         path = sqlite_path_from_uri(args.uri)
         if not os.path.isfile(path) and not (args.set_limit or args.set_lifetime_limit):
             raise SparkDPError(f"Ledger {args.uri!r} does not exist.")
-    ledger = open_ledger(args.uri)
+    ledger = open_ledger(args.uri, strict=not args.keep_unit_of)  # choosing a group's unit opens a mixed ledger
+    if args.keep_unit_of:
+        ledger.keep_group_unit(args.keep_unit_of)
     if args.set_limit:
         if not args.dataset:
             raise SparkDPError("--set-limit needs --dataset.")
@@ -114,9 +117,14 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
             from spark_dp.runtime import get_spark
 
             check_table_name(args.export, key="--export")  # before Spark starts
-            n = export_charges_table(get_spark("spark-dp ledger export"), ledger, args.export)
-            print(json.dumps({"export": args.export, "table": True, "charges": n}))
+            fmt = args.export_format
+            spark = get_spark("spark-dp ledger export", formats=(fmt,) if fmt else ())
+            n = export_charges_table(spark, ledger, args.export, format=fmt)
+            print(json.dumps({"export": args.export, "table": True, **({"format": fmt} if fmt else {}), "charges": n}))
             return 0
+        if args.export_format not in (None, "parquet"):
+            raise SparkDPError(f"--export-format {args.export_format} applies to a table target; "
+                               f"{args.export!r} is a Parquet file path.")
         n = export_charges(ledger, args.export)
         print(json.dumps({"export": args.export, "charges": n}))
         return 0
@@ -144,8 +152,9 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     print(f"{'dataset':<32} {'releases':>8} {'eps spent':>10} {'eps limit':>10} {'eps left':>10} {'delta':>10}  "
           f"{'privacy unit':<16} {'m':>4}  neighbours")
     for s in rows:
-        # The privacy unit is fixed by the dataset's first release; '-' until then.
-        unit, m, rel = (s.unit.unit, str(s.unit.max_per_unit), s.unit.neighbors) if s.unit else ("-", "-", "-")
+        # The privacy unit is fixed by the dataset's first release; '-' until then. Its stored form: row,
+        # tensor_entry or column:<name> (a column may be named row).
+        unit, m, rel = (s.unit.stored, str(s.unit.max_per_unit), s.unit.neighbors) if s.unit else ("-", "-", "-")
         print(f"{s.dataset_id:<32} {s.releases:>8} {s.spent_epsilon:>10.4f} {s.limit.epsilon:>10.4g} "
               f"{s.remaining_epsilon:>10.4f} {s.limit.delta:>10.3g}  {unit:<16} {m:>4}  {rel}")
     lifetimes = ([lt] if (lt := ledger.lifetime_status(args.dataset)) else []) if args.dataset else \
@@ -377,7 +386,7 @@ def _add_audit_command(sub) -> None:
         if not args.ledger.startswith(("postgresql://", "postgres://")) and \
                 not os.path.isfile(sqlite_path_from_uri(args.ledger)):
             raise SparkDPError(f"Ledger {args.ledger!r} does not exist.")  # never create one by auditing
-        report = audit_releases(open_ledger(args.ledger), args.output_root)
+        report = audit_releases(open_ledger(args.ledger, strict=False), args.output_root)  # reports mixed units
         print(json.dumps(report.to_dict(), indent=2) if args.json else format_report(report))
         for f in report.problems:
             print(f"spark-dp: audit: {f.kind}: release {f.release_id or '-'}: {f.message}", file=sys.stderr)
@@ -413,12 +422,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set-limit", nargs=2, metavar=("EPSILON", "DELTA"), help="set the dataset's limit (recorded)")
     p.add_argument("--set-lifetime-limit", nargs=2, metavar=("EPSILON", "DELTA"),
                    help="set the lifetime cap over the dataset and all its periods DATASET@PERIOD (recorded)")
+    p.add_argument("--keep-unit-of", metavar="DATASET_ID",
+                   help="make this period's declared privacy unit and neighbours its lifetime group's (for a ledger "
+                        "whose periods mixed units; recorded)")
     p.add_argument("--record-crash", nargs=2, metavar=("RELEASE_ID", "REASON"),
                    help="record that a charged release failed before being written (the charge stands)")
     p.add_argument("--charges", action="store_true", help="list the charges (one per release) instead of datasets")
     p.add_argument("--export", metavar="PATH_OR_TABLE",
                    help="write every charge to a Parquet file (a path with '/' or ending in .parquet; pyarrow, atomic) "
                         "or replace the catalog table TABLE (db.tbl; through Spark)")
+    p.add_argument("--export-format", choices=("parquet", "delta", "iceberg"), default=None,
+                   help="the format of the --export TABLE (default: the session's default table format); "
+                        "delta/iceberg: a local session gets their jars")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_ledger)
     _add_sketch_commands(sub)

@@ -181,7 +181,10 @@ def run_plan(plan: Plan, d: date, *, spark=None, entries: list[str] | None = Non
     configs = {e.name: plan.job_config(e, d) for e in due if e.kind == "release"}
     results = [EntryResult(e.name, "not_due") for e in chosen if not e.is_due(d)]
     ordered = [e for e in due if e.kind == "release"] + [e for e in due if e.kind == "merge"]
-    with dry_run_context() if dry_run else nullcontext():
+    from spark_dp.runtime import formats_needed
+
+    formats = {f for c in configs.values() for f in c.table_formats}  # one session serves every entry
+    with dry_run_context() if dry_run else nullcontext(), formats_needed(formats):
         results += _run_entries(plan, d, ordered, configs, spark=spark, dry=dry_run)
     order = {e.name: i for i, e in enumerate(chosen)}
     return sorted(results, key=lambda r: order[r.entry])

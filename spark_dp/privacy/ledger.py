@@ -23,12 +23,29 @@ Guarantees, relied on by the chokepoint:
   charge stands without a release.
 
 * **One privacy unit per dataset.** The first charge on a dataset fixes its
-  privacy unit (a column, ``row``, or ``tensor_entry``), per-unit bound m and
-  neighbour relation (:class:`UnitDeclaration`); a later charge or dry run
-  whose release protects a different unit or relation is refused before any
-  Spark work (:meth:`UnitDeclaration.covers` says exactly which releases are
-  accepted and why). Ledgers of schema 1 gain the three columns on first open;
-  their datasets are declared by their next charge.
+  privacy unit (a column, or none: each row, or each entry of an explicit
+  tensor, is a unit), per-unit bound m and neighbour relation
+  (:class:`UnitDeclaration`); a later charge or dry run whose release
+  protects a different unit or relation is refused before any Spark work
+  (:meth:`UnitDeclaration.covers` says exactly which releases are accepted
+  and why). Ledgers of schema 1 gain the three columns on first open; their
+  datasets are declared by their next charge. ``datasets.privacy_unit``
+  stores ``row`` (no unit column, row level), ``tensor_entry`` (no unit
+  column, an explicit tensor) or ``column:<name>`` (the unit column
+  ``<name>``): no column name stores as ``row``, so a column named ``row``
+  is a unit column, never row level (:meth:`UnitDeclaration.stored`).
+* **One privacy unit per lifetime group.** The periods ``<base>@<period>``
+  of a dataset (and ``<base>`` itself) are composed under one lifetime cap,
+  so the group carries one declaration too (``lifetime_units``: the unit and
+  the neighbour relation, set by the group's first charge with a unit, in
+  the charge's transaction): a period whose release protects another unit
+  or relation than the group's is refused like a dataset's
+  (:meth:`UnitDeclaration.covers`; m may differ between periods, as between
+  releases of one dataset). A ledger whose group already mixes declarations
+  (written before schema 5) is refused on open, naming the periods
+  (:meth:`Ledger.unit_conflicts`, reported by ``spark-dp audit``), until an
+  administrator chooses the group's unit (:meth:`Ledger.keep_group_unit`,
+  ``spark-dp ledger --keep-unit-of PERIOD``).
 
 * **Lifetime caps over renewing periods.** Ledger datasets ``<base>@<period>``
   (a plan's renewing budgets, or any ids named so) are the periods of the
@@ -48,9 +65,16 @@ Guarantees, relied on by the chokepoint:
 
 Schema 3 adds ``lifetime_limits``, ``crashes``, ``charges.lifetime_epsilon``
 and ``limit_changes.scope``; schema 4 adds ``charges.input``, the release's
-input lineage (:mod:`spark_dp.release.lineage`) as JSON. Ledgers of an
-earlier schema are migrated in place on first open (their rows keep working;
-their charges have no recorded lifetime ε or lineage: null).
+input lineage (:mod:`spark_dp.release.lineage`) as JSON; schema 5 stores
+a unit column as ``column:<name>`` (earlier schemas stored its bare name, so
+a column named ``row`` read as row level): the migration prefixes every
+stored unit other than ``row`` and ``tensor_entry``, which keep reading as
+row level and tensor entries; it also adds ``lifetime_units`` (filled from the
+groups' periods where they agree, after the prefixing) and the ledger's
+lineage key (``meta.lineage_key``: 32 bytes from the OS, the HMAC key of the
+input lineage's file digests). Ledgers of an earlier schema are migrated in
+place on first open (their rows keep working; their charges have no recorded
+lifetime ε or lineage: null).
 
 Composition of a dataset's charges is exact for Gaussian events and uses
 PLD otherwise (:mod:`spark_dp.privacy.accountant`); ε is reported at the
@@ -61,6 +85,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -73,15 +98,19 @@ from spark_dp.errors import BudgetExceededError, ConfigError, LedgerError, Relea
 from spark_dp.privacy.accountant import Budget, compose_epsilon
 from spark_dp.privacy.events import Event, events_from_json, events_to_json
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Schema 2 adds the dataset's privacy unit (issue #12); schema 3 the lifetime
 # caps over renewing periods and the crash records, schema 4 the input lineage
-# of each charge (issue #16). Older ledgers are migrated in place on first
-# open, one step at a time (existing rows keep working).
+# of each charge (issue #16), schema 5 the stored form ``column:<name>`` of a
+# unit column. Older ledgers are migrated in place on first open, one step at
+# a time (existing rows keep working).
 _UNIT_COLUMNS = (("privacy_unit", "TEXT"), ("max_per_unit", "INTEGER"), ("neighbors", "TEXT"))
 _SCHEMA_3_COLUMNS = (("charges", "lifetime_epsilon", "DOUBLE PRECISION"), ("limit_changes", "scope", "TEXT"))
 _SCHEMA_4_COLUMNS = (("charges", "input", "TEXT"),)
+# Schema 5: one declaration per lifetime group (``lifetime_units``) and the lineage key (``meta``).
+LINEAGE_KEY = "lineage_key"
 PERIOD_SEPARATOR = "@"
+_COLUMN_PREFIX = "column:"  # the stored form of a unit column (schema 5): column:<name>
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -125,6 +154,13 @@ CREATE TABLE IF NOT EXISTS lifetime_limits (
     delta_limit   DOUBLE PRECISION NOT NULL,
     created_at    TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS lifetime_units (
+    dataset_id   TEXT PRIMARY KEY,
+    privacy_unit TEXT NOT NULL,
+    neighbors    TEXT NOT NULL,
+    declared_by  TEXT NOT NULL,
+    declared_at  TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS crashes (
     release_id  TEXT PRIMARY KEY REFERENCES charges(release_id),
     reason      TEXT NOT NULL,
@@ -162,15 +198,40 @@ def _limit_mismatch(dataset_id: str, stored: Budget, limit: Budget) -> ConfigErr
 class UnitDeclaration:
     """What one release protects: its privacy unit, per-unit bound m and neighbour relation.
 
-    ``unit`` is the ``privacy_unit`` column, ``row`` (no unit column: each
-    row is a unit), or ``tensor_entry`` (an explicit tensor, Wang &
-    Anandkumar's Def. 4.2). ``neighbors`` is ``add_remove``, ``replace`` or
+    ``unit`` is the ``privacy_unit`` column's name, or None when there is no
+    unit column: each row is a unit, or, with ``neighbors="tensor_entry"``,
+    each entry of an explicit tensor (Wang & Anandkumar's Def. 4.2). None is
+    no column name, so a column named ``row`` or ``tensor_entry`` is a unit
+    column like any other. ``neighbors`` is ``add_remove``, ``replace`` or
     ``tensor_entry``.
     """
 
-    unit: str
+    unit: str | None
     max_per_unit: int
     neighbors: str
+
+    @property
+    def label(self) -> str:
+        """For people: the column's name, or ``row`` / ``tensor_entry`` when there is no unit column."""
+        if self.unit is not None:
+            return self.unit
+        return "tensor_entry" if self.neighbors == "tensor_entry" else "row"
+
+    @property
+    def stored(self) -> str:
+        """The ledger's form: ``row``, ``tensor_entry`` or ``column:<name>`` (no column name stores as the others)."""
+        return self.label if self.unit is None else _COLUMN_PREFIX + self.unit
+
+    @classmethod
+    def from_stored(cls, stored: str, max_per_unit: int, neighbors: str) -> UnitDeclaration:
+        """The declaration of a ledger row (:attr:`stored`; ``row`` and ``tensor_entry``: no unit column)."""
+        stored = str(stored)
+        if stored.startswith(_COLUMN_PREFIX):
+            return cls(stored[len(_COLUMN_PREFIX):], int(max_per_unit), str(neighbors))
+        if stored in ("row", "tensor_entry"):
+            return cls(None, int(max_per_unit), str(neighbors))
+        raise LedgerError(f"ledger row has privacy unit {stored!r}, which is not a stored unit form "
+                          "('row', 'tensor_entry' or 'column:<name>'); was the ledger written by another program?")
 
     def covers(self, release: UnitDeclaration) -> bool:
         """Whether a release with ``release``'s unit composes with this dataset's declared one.
@@ -198,10 +259,13 @@ class UnitDeclaration:
         return self.unit == release.unit and self.neighbors == release.neighbors
 
     def describe(self) -> str:
-        return f"unit {self.unit!r}, at most {self.max_per_unit} rows per unit, neighbours {self.neighbors!r}"
+        what = f"unit column {self.unit!r}" if self.unit is not None else f"unit {self.label!r} (no unit column)"
+        return f"{what}, at most {self.max_per_unit} rows per unit, neighbours {self.neighbors!r}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"privacy_unit": self.unit, "max_per_unit": self.max_per_unit, "neighbors": self.neighbors}
+        """``privacy_unit`` (:attr:`label`), ``privacy_unit_column`` (the column or None), m and neighbours."""
+        return {"privacy_unit": self.label, "privacy_unit_column": self.unit, "max_per_unit": self.max_per_unit,
+                "neighbors": self.neighbors}
 
 
 def _unit_mismatch(dataset_id: str, declared: UnitDeclaration, release: UnitDeclaration) -> ConfigError:
@@ -210,6 +274,40 @@ def _unit_mismatch(dataset_id: str, declared: UnitDeclaration, release: UnitDecl
         f"this release has {release.describe()}. Its guarantee would not compose with the dataset's "
         "(different privacy unit or neighbour relation): use the dataset's privacy unit and neighbours, "
         "or a separate dataset id (with its own budget) for the other unit."
+    )
+
+
+def _group_unit_mismatch(dataset_id: str, base: str, declared_by: str, group: UnitDeclaration,
+                         release: UnitDeclaration) -> ConfigError:
+    return ConfigError(
+        f"Dataset {dataset_id!r} is a period of {base!r}, whose lifetime group was declared by {declared_by!r} "
+        f"with unit {group.label!r}, neighbours {group.neighbors!r}; this release has unit {release.label!r}, "
+        f"neighbours {release.neighbors!r}. The lifetime cap composes every period as one relation: use the "
+        f"group's privacy unit and neighbours, or a dataset id outside {base!r}'s group (with its own budget) "
+        "for the other unit."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class UnitConflict:
+    """A lifetime group whose periods declared different privacy units or relations (ledgers before schema 5)."""
+
+    group: str
+    periods: tuple[tuple[str, UnitDeclaration], ...]  # every declared period of the group, by first charge
+    kept: str | None  # the period whose declaration was chosen for the group (None: not chosen)
+
+    def describe(self) -> str:
+        return f"lifetime group {self.group!r} mixes " + "; ".join(
+            f"{ds!r} (unit {d.label!r}, neighbours {d.neighbors!r})" for ds, d in self.periods)
+
+
+def _conflicts_message(path: str, conflicts: Sequence[UnitConflict]) -> str:
+    return (
+        f"Ledger {path}: " + " | ".join(c.describe() for c in conflicts) + ". A lifetime cap composes all "
+        "periods of a dataset as one neighbour relation, so these releases have no common lifetime guarantee. "
+        "Choose each group's unit with 'spark-dp ledger --uri URI --keep-unit-of PERIOD' (the other units' "
+        "periods can then not be charged again: give their data a dataset id of its own); "
+        "'spark-dp audit' reports the mix."
     )
 
 
@@ -302,6 +400,8 @@ class Ledger:
     uri: str
     path: str  # what to show in messages
     _serial = ""
+    _strict = True  # refuse to open a ledger whose lifetime groups mix privacy units
+    _lineage_key = b""
 
     def _init_schema(self) -> None:
         with self._transaction(None) as con:
@@ -324,11 +424,161 @@ class Ledger:
                 for table, name, sqltype in _SCHEMA_3_COLUMNS + _SCHEMA_4_COLUMNS:
                     if name not in self._columns(con, table):
                         con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sqltype}")
+                if int(row[0]) < 5:  # schema 4 → 5: a unit column is stored as column:<name>, then
+                    self._prefix_unit_columns(con)  # the lifetime groups' declarations (the key: below)
+                    self._declare_agreeing_groups(con)
                 con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+            key = con.execute("SELECT value FROM meta WHERE key = ?", (LINEAGE_KEY,)).fetchone()
+            if key is None:  # a new ledger, or one from before schema 5: its lineage key, from OS entropy
+                key = (secrets.token_hex(32),)
+                con.execute("INSERT INTO meta VALUES (?, ?)", (LINEAGE_KEY, key[0]))
+            self._lineage_key = bytes.fromhex(str(key[0]))
+            conflicts = [c for c in self._unit_conflicts(con) if c.kept is None]
+        if conflicts and self._strict:
+            raise LedgerError(_conflicts_message(self.path, conflicts))
+
+    @property
+    def lineage_key(self) -> bytes:
+        """The ledger's secret key of the input lineage's file digests (HMAC-SHA256; :mod:`spark_dp.release.lineage`).
+
+        32 bytes from the OS (:func:`secrets.token_hex`), created with the
+        ledger (or by the migration to schema 5) and never changed, so one
+        input gives one digest across runs on one ledger. It never leaves the
+        ledger: not in manifests, exports or reports.
+        """
+        return self._lineage_key
+
+    # -- one declaration per lifetime group ------------------------------------
+    @staticmethod
+    def _group_declarations(con: _Connection, base: str | None = None) -> dict[str, list[tuple[str, UnitDeclaration]]]:
+        """The declared datasets of every lifetime group (or of ``base``'s), in order of their first charge."""
+        where, params = "", ()
+        if base is not None:
+            prefix = base + PERIOD_SEPARATOR
+            where, params = " AND (d.dataset_id = ? OR substr(d.dataset_id, 1, ?) = ?)", (base, len(prefix), prefix)
+        rows = con.execute(
+            "SELECT d.dataset_id, d.privacy_unit, d.max_per_unit, d.neighbors, MIN(c.seq) FROM datasets d "
+            "LEFT JOIN charges c ON c.dataset_id = d.dataset_id WHERE d.privacy_unit IS NOT NULL" + where +
+            " GROUP BY d.dataset_id, d.privacy_unit, d.max_per_unit, d.neighbors", params).fetchall()
+        out: dict[str, list[tuple[Any, str, UnitDeclaration]]] = {}
+        for ds, unit, m, neighbors, first in rows:
+            out.setdefault(lifetime_dataset(str(ds)), []).append(
+                (first is None, first or 0, str(ds), UnitDeclaration.from_stored(unit, int(m or 1), str(neighbors))))
+        return {g: [(ds, d) for *_, ds, d in sorted(members)] for g, members in out.items()}
+
+    @staticmethod
+    def _mixed(members: Sequence[tuple[str, UnitDeclaration]]) -> bool:
+        """Whether declarations of one group disagree (:meth:`UnitDeclaration.covers`, the one rule)."""
+        return any(not members[0][1].covers(d) for _, d in members[1:])
+
+    @staticmethod
+    def _mixed_groups(con: _Connection) -> set[str]:
+        """The lifetime groups whose declared datasets disagree (one cheap scan of ``datasets``, for every open)."""
+        seen: dict[str, UnitDeclaration] = {}
+        mixed = set()
+        for ds, unit, m, neighbors in con.execute(
+                "SELECT dataset_id, privacy_unit, max_per_unit, neighbors FROM datasets "
+                "WHERE privacy_unit IS NOT NULL").fetchall():
+            group, d = lifetime_dataset(str(ds)), UnitDeclaration.from_stored(unit, int(m or 1), str(neighbors))
+            if not seen.setdefault(group, d).covers(d):
+                mixed.add(group)
+        return mixed
+
+    @staticmethod
+    def _group_unit(con: _Connection, base: str) -> tuple[UnitDeclaration, str] | None:
+        """The group's declaration (its m is not part of it: 1 here) and the dataset that declared it; None: none."""
+        row = con.execute("SELECT privacy_unit, neighbors, declared_by FROM lifetime_units WHERE dataset_id = ?",
+                          (base,)).fetchone()
+        return None if row is None else (UnitDeclaration.from_stored(row[0], 1, str(row[1])), str(row[2]))
+
+    def _declare_agreeing_groups(self, con: _Connection) -> None:
+        """Migration to schema 5: every group whose declared periods agree is declared by its first one.
+
+        A group whose periods disagree is left undeclared: the ledger then
+        refuses to open (:meth:`unit_conflicts`) until an administrator
+        chooses its unit (:meth:`keep_group_unit`).
+        """
+        for base, members in self._group_declarations(con).items():
+            if not self._mixed(members) and self._group_unit(con, base) is None:
+                ds, d = members[0]
+                con.execute("INSERT INTO lifetime_units VALUES (?, ?, ?, ?, ?)",
+                            (base, d.stored, d.neighbors, ds, _now()))
+
+    def _unit_conflicts(self, con: _Connection) -> list[UnitConflict]:
+        out = []
+        for base in sorted(self._mixed_groups(con)):
+            members = self._group_declarations(con, base)[base]
+            kept = self._group_unit(con, base)
+            out.append(UnitConflict(base, tuple(members), None if kept is None else kept[1]))
+        return out
+
+    def unit_conflicts(self) -> list[UnitConflict]:
+        """Lifetime groups whose periods declared different privacy units or relations (before schema 5).
+
+        ``kept`` is the period whose declaration an administrator chose for
+        the group (:meth:`keep_group_unit`); None: not chosen (the ledger is
+        then refused on open unless opened with ``strict=False``, as audits do).
+        """
+        with self._reading() as con:
+            return self._unit_conflicts(con)
+
+    def keep_group_unit(self, dataset_id: str) -> None:
+        """Makes ``dataset_id``'s declared unit and relation the one of its lifetime group (an explicit act).
+
+        For a group whose periods disagree (written before the group's
+        declaration was checked): later charges on any period must then be
+        covered by this declaration, so the periods of other units can no
+        longer be charged. Raises LedgerError if ``dataset_id`` declared no
+        unit, or the group has a declaration already.
+        """
+        base = lifetime_dataset(dataset_id)
+        with self._transaction(base) as con:
+            declared = self._declared_unit(con, dataset_id)
+            if declared is None:
+                raise LedgerError(f"Dataset {dataset_id!r} has no declared privacy unit in ledger {self.path}.")
+            group = self._group_unit(con, base)
+            if group is not None:
+                raise LedgerError(f"The lifetime group {base!r} has a declared unit already (by {group[1]!r}, "
+                                  f"unit {group[0].label!r}, neighbours {group[0].neighbors!r}).")
+            con.execute("INSERT INTO lifetime_units VALUES (?, ?, ?, ?, ?)",
+                        (base, declared.stored, declared.neighbors, dataset_id, _now()))
+
+    def _check_group_unit(self, con: _Connection, dataset_id: str, unit: UnitDeclaration | None) -> bool:
+        """Raises if ``unit`` is not the declaration of ``dataset_id``'s lifetime group; True if the group has none.
+
+        Without a recorded declaration, the group's periods declared before
+        must agree with each other and with ``unit``.
+        """
+        base = lifetime_dataset(dataset_id)
+        group = self._group_unit(con, base)
+        if group is not None:
+            if unit is not None and not group[0].covers(unit):
+                raise _group_unit_mismatch(dataset_id, base, group[1], group[0], unit)
+            return False
+        members = self._group_declarations(con, base).get(base, [])
+        if self._mixed(members):
+            raise LedgerError(_conflicts_message(self.path, [UnitConflict(base, tuple(members), None)]))
+        for ds, d in members:
+            if unit is not None and not d.covers(unit):
+                raise _group_unit_mismatch(dataset_id, base, ds, d, unit)
+        return True
 
     def _columns(self, con: _Connection, table: str) -> set[str]:
         """The column names of ``table``."""
         raise NotImplementedError
+
+    def _prefix_unit_columns(self, con: _Connection) -> None:
+        """Migration to schema 5: every stored unit but ``row`` and ``tensor_entry`` was a bare column name.
+
+        Those two keep their meaning (no unit column): a dataset whose unit
+        column was named ``row`` before schema 5 cannot be told from a
+        row-level one and stays row level. Every table holding a
+        ``privacy_unit`` declaration is migrated.
+        """
+        for table in ("datasets", "lifetime_units"):
+            if "privacy_unit" in self._columns(con, table):
+                con.execute(f"UPDATE {table} SET privacy_unit = '{_COLUMN_PREFIX}' || privacy_unit "
+                            "WHERE privacy_unit IS NOT NULL AND privacy_unit NOT IN ('row', 'tensor_entry')")
 
     # -- connections (backend) -------------------------------------------
     def _connect(self) -> _Connection:
@@ -526,7 +776,7 @@ class Ledger:
         ).fetchone()
         if row is None or row[0] is None:
             return None
-        return UnitDeclaration(str(row[0]), int(row[1]), str(row[2]))
+        return UnitDeclaration.from_stored(str(row[0]), int(row[1]), str(row[2]))
 
     def _check_unit(self, con: _Connection, dataset_id: str, unit: UnitDeclaration | None) -> UnitDeclaration | None:
         """The dataset's declared unit (None before its first release); raises if it does not cover ``unit``."""
@@ -605,6 +855,7 @@ class Ledger:
             effective = stored or limit
             assert effective is not None
             self._check_unit(con, dataset_id, unit)
+            self._check_group_unit(con, dataset_id, unit)
             eps = self._check(self._events_of(con, dataset_id), events, dataset_id, effective)
             self._check_lifetime(con, dataset_id, events)
             return eps
@@ -637,13 +888,17 @@ class Ledger:
         Durable on return. ``lineage``: what the release is computed from
         (:mod:`spark_dp.release.lineage`; recorded as JSON, never checked).
         The first charge with a ``unit`` on a dataset declares it (in the
-        same transaction); later ones must be covered by it.
+        same transaction); later ones must be covered by it. Likewise the
+        first charge with a ``unit`` on any period of a lifetime group
+        declares the group's unit and relation; later charges on every
+        period must be covered by it (m may differ).
         """
         if not events:
             raise ValueError("a charge needs at least one event")
         with self._transaction(dataset_id) as con:
             lim = self._ensure_dataset(con, dataset_id, limit)
             declared = self._check_unit(con, dataset_id, unit)
+            group_undeclared = self._check_group_unit(con, dataset_id, unit)  # the lifetime group's one unit
             if con.execute("SELECT 1 FROM charges WHERE release_id = ?", (release_id,)).fetchone():
                 raise ReleaseConflictError(
                     f"Release id {release_id!r} was charged already; it cannot be charged twice."
@@ -653,8 +908,11 @@ class Ledger:
             if unit is not None and declared is None:  # the dataset's first release declares its unit
                 con.execute(
                     "UPDATE datasets SET privacy_unit = ?, max_per_unit = ?, neighbors = ? WHERE dataset_id = ?",
-                    (unit.unit, unit.max_per_unit, unit.neighbors, dataset_id),
+                    (unit.stored, unit.max_per_unit, unit.neighbors, dataset_id),
                 )
+            if unit is not None and group_undeclared:  # ... and the first of its lifetime group the group's
+                con.execute("INSERT INTO lifetime_units VALUES (?, ?, ?, ?, ?)",
+                            (lifetime_dataset(dataset_id), unit.stored, unit.neighbors, dataset_id, _now()))
             created = _now()
             seq = con.execute(
                 "INSERT INTO charges (release_id, dataset_id, request_sha256, events, epsilon, delta, created_at, "
@@ -719,7 +977,9 @@ class Ledger:
         return json.dumps([
             {"dataset_id": s.dataset_id, "epsilon_limit": s.limit.epsilon, "delta_limit": s.limit.delta,
              "epsilon_spent": s.spent_epsilon, "epsilon_remaining": s.remaining_epsilon, "releases": s.releases,
-             "privacy_unit": s.unit.unit if s.unit else None, "max_per_unit": s.unit.max_per_unit if s.unit else None,
+             "privacy_unit": s.unit.label if s.unit else None,
+             "privacy_unit_column": s.unit.unit if s.unit else None,
+             "max_per_unit": s.unit.max_per_unit if s.unit else None,
              "neighbors": s.unit.neighbors if s.unit else None, **lifetime(s.dataset_id)}
             for s in self.status(dataset_id)
         ], indent=2)
@@ -735,8 +995,9 @@ class SQLiteLedger(Ledger):
     _serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
     _begin = "BEGIN IMMEDIATE"  # takes the file's RESERVED lock: one writer at a time
 
-    def __init__(self, uri: str, *, timeout: float = 120.0) -> None:
+    def __init__(self, uri: str, *, timeout: float = 120.0, strict: bool = True) -> None:
         self.uri = uri
+        self._strict = strict
         self.path = sqlite_path_from_uri(uri)
         parent = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(parent, exist_ok=True)
@@ -770,7 +1031,7 @@ class PostgresLedger(Ledger):
     _serial = "BIGSERIAL PRIMARY KEY"
     _GLOBAL_LOCK = 0x5D_0000_0001
 
-    def __init__(self, uri: str, *, connect_timeout: int = 30) -> None:
+    def __init__(self, uri: str, *, connect_timeout: int = 30, strict: bool = True) -> None:
         try:
             import psycopg
         except ImportError:  # pragma: no cover - depends on the install
@@ -782,6 +1043,7 @@ class PostgresLedger(Ledger):
         parsed = urlparse(uri)
         self.path = f"{parsed.scheme}://{parsed.hostname or ''}:{parsed.port or 5432}{parsed.path}"
         self._connect_timeout = connect_timeout
+        self._strict = strict
         self._init_schema()
 
     def _connect(self) -> _Connection:
@@ -805,9 +1067,14 @@ class PostgresLedger(Ledger):
             con.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (lifetime_dataset(dataset_id),))
 
 
-def open_ledger(uri: str) -> Ledger:
-    """Opens the ledger named by ``uri``: ``sqlite:///path``, a file path, or ``postgresql://…``."""
+def open_ledger(uri: str, *, strict: bool = True) -> Ledger:
+    """Opens the ledger named by ``uri``: ``sqlite:///path``, a file path, or ``postgresql://…``.
+
+    ``strict=False`` opens a ledger whose lifetime groups mix privacy units
+    (:meth:`Ledger.unit_conflicts`) instead of refusing it: for audits and
+    for choosing the groups' units; its charges are still checked.
+    """
     scheme = urlparse(uri).scheme if "://" in uri else ""
     if scheme in ("postgresql", "postgres"):
-        return PostgresLedger(uri)
-    return SQLiteLedger(uri)
+        return PostgresLedger(uri, strict=strict)
+    return SQLiteLedger(uri, strict=strict)

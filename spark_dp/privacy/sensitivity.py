@@ -5,11 +5,15 @@ Neighbour relations (``neighbors``):
 ``add_remove`` (default)
     D' = D with one privacy unit's rows added or removed.
 ``replace``
-    D' = D with one privacy unit's rows replaced by others (|D| public).
+    D' = D with one privacy unit's rows replaced by another unit's (the
+    number of units is public, not the number of rows that survive the
+    preprocessing).
 
 A privacy unit is one row, or, with a ``privacy_unit`` column, all rows of
 one value of it after contribution bounding to at most ``max_rows_per_unit``
-rows.
+rows. After the ``nonfinite`` policy a unit keeps anywhere from 0 to m rows
+(``drop`` may remove all of them), so every bound here holds for units of
+0 … m rows on either side: P or Q below may be 0.
 """
 
 from __future__ import annotations

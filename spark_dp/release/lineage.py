@@ -2,18 +2,42 @@
 
 Every release's manifest (field ``input``) and its ledger charge record one
 lineage dict, computed once per release by the pipeline before any Spark job
-(:func:`input_lineage`):
+(:func:`input_lineage`), under the ledger's lineage key
+(:attr:`spark_dp.privacy.ledger.Ledger.lineage_key`):
 
-``{"kind": "table", "tables": [...], "files_sha256": ..., "files_stats": ...}``
-    the input reads catalog tables. Each table entry is ``{"name", "provider",
-    "version", "version_kind"}``: a Delta table's latest version (``DESCRIBE
-    HISTORY t LIMIT 1``) or an Iceberg table's ``current-snapshot-id`` table
-    property, read through Spark SQL's metadata commands; null where the
-    source has none (a plain Parquet table). Unless every table has a
-    version, ``files_sha256`` digests the input files as below.
-``{"kind": "files", "files_sha256": ..., "files_stats": ...}``
-    the input is files (a path read, or a ``.npy`` tensor): ``files_sha256``
-    is the SHA-256 of the sorted list of (normalised URI, size, modification
+``{"kind": "table", "tables": [...], "files_hmac_sha256": ..., "files_stats": ...}``
+    the input reads catalog tables or Delta tables by path. Each table entry
+    is ``{"name", "provider", "version", "version_kind"}`` (``name`` null for
+    a Delta table read by path: paths are never recorded), with the version
+    **actually read**, time travel included:
+
+    * Delta (``delta_version``): for a catalog table, the read's
+      ``versionAsOf`` option or SQL ``VERSION AS OF``, the version current
+      at its ``timestampAsOf`` (``DESCRIBE HISTORY``), else the version
+      whose files are exactly the files the read lists, else (no time
+      travel) the latest version. For a table read by path, whose options
+      the plan does not show, the version whose files are exactly the files
+      the read lists (``DataFrame.inputFiles()`` matched against the
+      table's ``_delta_log`` commits, read with pyarrow on the driver), so a
+      ``versionAsOf`` / ``timestampAsOf`` path read records what it read;
+      where that cannot tell (a read whose files were pruned by a filter,
+      commits before a checkpoint already cleaned up, two versions with the
+      same files but other deletion vectors) the version is null and the
+      files digest stays.
+    * Iceberg (``iceberg_snapshot_id``): the ``snapshot-id`` read option, or
+      the snapshot current at the ``as-of-timestamp`` read option (from the
+      table's ``history`` metadata table), or a SQL ``VERSION AS OF`` id;
+      without time travel the ``current-snapshot-id`` table property. A time
+      travel it cannot resolve leaves the version null rather than name the
+      wrong snapshot.
+
+    Null where the source has no versions (a plain Parquet table). Unless
+    every table has a version, ``files_hmac_sha256`` digests the input files as
+    below.
+``{"kind": "files", "files_hmac_sha256": ..., "files_stats": ...}``
+    the input is files (a path read, or a ``.npy`` tensor):
+    ``files_hmac_sha256`` is the HMAC-SHA256, under the ledger's secret
+    lineage key, of the sorted list of (normalised URI, size, modification
     time in ns) of every input file. ``files_stats`` says what was digested:
     ``size+mtime``, or ``names`` for files whose file system pyarrow cannot
     open (the digest then changes only when file names do).
@@ -24,8 +48,16 @@ lineage dict, computed once per release by the pipeline before any Spark job
 What it never holds: file names or paths (partition directory names are
 values of the data), file counts or sizes (they grow with the rows), the
 ``where`` filter (it is in the request). Table names are public
-configuration, as in the job config. A digest of (name, size, mtime) lists
-of unknown files cannot be inverted.
+configuration, as in the job config. The file digest is keyed because an
+unkeyed hash of (name, size, mtime) can be inverted by enumeration where the
+names and times are known or guessable: one more row changes a file's size,
+and the size (hence the row count) was recovered from a plain SHA-256 that
+way. Without the key (32 bytes from the OS, held only by the ledger) the
+HMAC gives nothing to enumerate against; with it, one input gives one digest
+on every run against the same ledger, so a changed input is still detected.
+Lineages of releases from before the key (field ``files_sha256``) cannot be
+compared with a keyed one: :func:`input_changed` then compares the rest
+(table names and versions) and otherwise says it cannot tell.
 
 Where the files come from: ``DataFrame.inputFiles()`` (a metadata call on
 classic Spark and Spark Connect: it plans the query and lists files, never
@@ -42,6 +74,7 @@ or an in-memory input).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import os
 import re
@@ -49,16 +82,26 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from spark_dp.release import storage
+
 log = logging.getLogger("spark_dp")
 
 IN_MEMORY = "in_memory"
 FILES = "files"
 TABLE = "table"
+DIGEST = "files_hmac_sha256"  # keyed (ledger schema 5 on)
+UNKEYED_DIGEST = "files_sha256"  # releases from before the key: a plain SHA-256, not comparable with DIGEST
+_MIN_KEY_BYTES = 16
 _STATS = "size+mtime"
 _NAMES = "names"
 # Hadoop's object-store schemes and the pyarrow file system that reads them.
 _ARROW_SCHEMES = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfss": "abfs"}
 _SUBQUERY = re.compile(r"SubqueryAlias\s+([^\s,()\[\]]+)")
+# The parsed plan's table reads: UnresolvedRelation [parts], [options], streaming — and SQL time travel.
+_UNRESOLVED = re.compile(r"UnresolvedRelation \[([^\]]*)\], \[([^\]]*)\]")
+_TIME_TRAVEL = re.compile(r"RelationTimeTravel '?UnresolvedRelation \[([^\]]*)\], \[[^\]]*\], (?:true|false), (.+)")
+_DELTA_COMMIT = re.compile(r"^(\d{20})\.json$")
+DELTA_LOG = "_delta_log"
 
 
 def in_memory() -> dict[str, Any]:
@@ -87,7 +130,9 @@ def _arrow_fs(uri: str, cache: dict[str, Any]):
         else:
             try:
                 arrow_uri = f"{_ARROW_SCHEMES.get(scheme, scheme)}://{parsed.netloc}/"
-                cache[key] = pafs.FileSystem.from_uri(arrow_uri)[0]
+                # hdfs://: libhdfs or, where it cannot be loaded, hdfs-native (the releases' own file system)
+                cache[key] = (storage.locate(arrow_uri).fs if scheme == "hdfs"
+                              else pafs.FileSystem.from_uri(arrow_uri)[0])
             except Exception as exc:  # noqa: BLE001 - an unknown scheme or missing credentials: digest names only
                 log.info("input lineage: no pyarrow file system for %s (%s); digesting file names only",
                          key, type(exc).__name__)
@@ -95,17 +140,22 @@ def _arrow_fs(uri: str, cache: dict[str, Any]):
     fs = cache[key]
     if fs is None:
         return None, None
-    path = unquote(parsed.path) if scheme == "file" else f"{parsed.netloc}{unquote(parsed.path)}"
+    path = unquote(parsed.path) if scheme in ("file", "hdfs") else f"{parsed.netloc}{unquote(parsed.path)}"
     return fs, path
 
 
-def files_digest(uris: Iterable[str]) -> tuple[str, str]:
-    """(SHA-256 of the sorted (URI, size, mtime_ns) list, what was digested: ``size+mtime`` or ``names``).
+def files_digest(uris: Iterable[str], key: bytes) -> tuple[str, str]:
+    """(HMAC-SHA256 under ``key`` of the sorted (URI, size, mtime_ns) list, what was digested).
 
-    Sizes and times come from ``pyarrow.fs`` (one batched ``get_file_info``
-    per file system); a file whose file system cannot be opened contributes
-    its name only, and the result then says ``names``.
+    What was digested: ``size+mtime`` or ``names``. ``key`` is the ledger's
+    lineage key (:attr:`spark_dp.privacy.ledger.Ledger.lineage_key`): without
+    it the digest cannot be checked against guessed sizes. Sizes and times
+    come from ``pyarrow.fs`` (one batched ``get_file_info`` per file system);
+    a file whose file system cannot be opened contributes its name only, and
+    the result then says ``names``.
     """
+    if not isinstance(key, bytes) or len(key) < _MIN_KEY_BYTES:
+        raise RuntimeError(f"bug: the input lineage needs the ledger's lineage key (at least {_MIN_KEY_BYTES} bytes)")
     cache: dict[str, Any] = {}
     groups: dict[int, tuple[Any, list[tuple[str, str]]]] = {}
     entries: list[str] = []
@@ -126,7 +176,7 @@ def files_digest(uris: Iterable[str]) -> tuple[str, str]:
             continue
         for (uri, _), info in zip(items, infos, strict=True):
             entries.append(f"{uri}\t{info.size}\t{info.mtime_ns}")
-    digest = hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()
+    digest = hmac.new(key, "\n".join(sorted(entries)).encode(), hashlib.sha256).hexdigest()
     return digest, stats
 
 
@@ -138,28 +188,59 @@ def _quoted(name: str) -> str:
     return ".".join(f"`{part.strip('`')}`" for part in name.split("."))
 
 
-def table_version(spark, name: str) -> dict[str, Any]:
+def table_version(spark, name: str, *, read: Mapping[str, Any] | None = None,
+                  delta_versions: Mapping[str, int | None] | None = None) -> dict[str, Any]:
     """``{"name", "provider", "version", "version_kind"}`` of catalog table ``name`` (version null: none).
 
-    Delta: the latest ``DESCRIBE HISTORY`` version. Iceberg: the
-    ``current-snapshot-id`` table property. Other providers (Parquet, CSV,
-    views…) have no version. Any failure leaves the version null (logged):
-    the lineage must never stop a release.
+    ``read``: how the plan reads the table (:func:`plan_reads`: its reader
+    options and SQL time travel). ``delta_versions``: the versions matched
+    from the read's files, by table root (:func:`delta_versions`).
+
+    Delta: the version whose files were read (``delta_versions``), else the
+    ``versionAsOf`` option, else (no time travel) the latest ``DESCRIBE
+    HISTORY`` version. Iceberg: the snapshot read (options or SQL time
+    travel), else the ``current-snapshot-id`` table property. Other providers
+    (Parquet, CSV, views…) have no version. Any failure leaves the version
+    null (logged): the lineage must never stop a release.
     """
     out: dict[str, Any] = {"name": name, "provider": None, "version": None, "version_kind": None}
     q = _quoted(name)
+    read = read or {}
+    options = {str(k).lower(): v for k, v in (read.get("options") or {}).items()}
+    location = None
     try:
         for row in _sql_rows(spark, f"DESCRIBE TABLE EXTENDED {q}"):
-            if str(row[0]).strip().lower() == "provider":
+            key = str(row[0]).strip().lower()
+            if key == "provider":
                 out["provider"] = str(row[1]).strip().lower() or None
+            elif key == "location" and row[1]:
+                location = _normalise(str(row[1]).strip())
     except Exception as exc:  # noqa: BLE001
         log.info("input lineage: DESCRIBE TABLE EXTENDED %s failed (%s)", name, type(exc).__name__)
         return out
+    travel = read.get("time_travel") or any(k in options for k in (
+        "versionasof", "timestampasof", "snapshot-id", "as-of-timestamp", "branch", "tag"))
     try:
         if out["provider"] == "delta":
-            rows = _sql_rows(spark, f"DESCRIBE HISTORY {q} LIMIT 1")
-            if rows:
-                out["version"], out["version_kind"] = str(rows[0]["version"]), "delta_version"
+            version = None
+            sql_travel = (read.get("time_travel") or "").strip()
+            if "versionasof" in options:
+                version = int(options["versionasof"])
+            elif sql_travel.isdigit():
+                version = int(sql_travel)
+            elif "timestampasof" in options:
+                version = _delta_version_at(spark, q, str(options["timestampasof"]))
+            if version is None and travel and location:  # a time travel not parsed: the files read, if a version's
+                version = (delta_versions or {}).get(location.rstrip("/"))
+            if version is None and not travel:
+                rows = _sql_rows(spark, f"DESCRIBE HISTORY {q} LIMIT 1")
+                version = rows[0]["version"] if rows else None
+            if version is not None:
+                out["version"], out["version_kind"] = str(version), "delta_version"
+        elif out["provider"] == "iceberg" and travel:
+            snapshot = _iceberg_snapshot_read(spark, q, options, read.get("time_travel"))
+            if snapshot is not None:
+                out["version"], out["version_kind"] = str(snapshot), "iceberg_snapshot_id"
         else:
             props = {str(r[0]): r[1] for r in _sql_rows(spark, f"SHOW TBLPROPERTIES {q}")}
             if props.get("current-snapshot-id") not in (None, "", "none"):
@@ -167,6 +248,217 @@ def table_version(spark, name: str) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - a provider without the command: no version
         log.info("input lineage: no version for table %s (%s)", name, type(exc).__name__)
     return out
+
+
+def _delta_version_at(spark, quoted: str, timestamp: str) -> int | None:
+    """The Delta version current at ``timestamp`` (the last commit at or before it, as ``timestampAsOf`` reads)."""
+    from pyspark.sql import functions as F
+
+    history = spark.sql(f"DESCRIBE HISTORY {quoted}")  # a command's local result: filtering it starts no job
+    rows = history.filter(F.col("timestamp") <= F.lit(timestamp).cast("timestamp")) \
+        .agg(F.max("version")).collect()
+    return None if not rows or rows[0][0] is None else int(rows[0][0])
+
+
+def _iceberg_snapshot_read(spark, quoted: str, options: Mapping[str, Any], sql_travel: str | None) -> int | None:
+    """The Iceberg snapshot a time-travel read gets (None: cannot tell, e.g. a branch or tag).
+
+    ``snapshot-id`` (or a numeric SQL ``VERSION AS OF``) is the snapshot; an
+    ``as-of-timestamp`` (ms) is resolved as Iceberg does, the last snapshot
+    made current at or before it, from the table's ``history`` metadata
+    table (a small read of the table's metadata, never of its rows).
+    """
+    if "snapshot-id" in options:
+        return int(options["snapshot-id"])
+    if sql_travel is not None and sql_travel.strip().isdigit():
+        return int(sql_travel.strip())
+    if "as-of-timestamp" in options:
+        ms = int(options["as-of-timestamp"])
+        rows = _sql_rows(spark, f"SELECT snapshot_id FROM {quoted}.`history` WHERE "
+                                f"made_current_at <= timestamp_millis({ms}) ORDER BY made_current_at DESC LIMIT 1")
+        return int(rows[0][0]) if rows else None
+    return None
+
+
+def plan_reads(text: str) -> dict[str, dict[str, Any]]:
+    """The tables the parsed plan of ``explain(extended)`` text reads: ``{name parts joined by '.': read}``.
+
+    Each read is ``{"options": {...}, "time_travel": str | None}``: the
+    reader options of ``spark.read.options(...).table(t)`` (Delta's
+    ``versionAsOf``, Iceberg's ``snapshot-id`` …) and the argument of a SQL
+    ``VERSION`` / ``TIMESTAMP AS OF``. Names are as written in the query
+    (``t``, ``db.t``, ``cat.db.t``).
+    """
+    parsed = text.split("== Parsed Logical Plan ==", 1)[-1].split("== Analyzed Logical Plan ==", 1)[0]
+    reads: dict[str, dict[str, Any]] = {}
+    for parts, opts in _UNRESOLVED.findall(parsed):
+        name = ".".join(p.strip() for p in parts.split(","))
+        options = {}
+        for item in filter(None, (o.strip() for o in opts.split(", "))):
+            key, _, value = item.partition("=")
+            options[key] = value
+        reads.setdefault(name, {"options": {}, "time_travel": None})["options"].update(options)
+    for line in parsed.splitlines():
+        m = _TIME_TRAVEL.search(line)
+        if m:
+            name = ".".join(p.strip() for p in m.group(1).split(","))
+            reads.setdefault(name, {"options": {}, "time_travel": None})["time_travel"] = m.group(2).strip()
+    return reads
+
+
+def _read_of(reads: Mapping[str, Mapping[str, Any]], qualified: str) -> Mapping[str, Any] | None:
+    """The plan's read of catalog table ``qualified`` (``spark_catalog.default.t``), matched by name suffix."""
+    parts = [p.strip("`").lower() for p in qualified.split(".")]
+    for name, read in reads.items():
+        written = [p.strip("`").lower() for p in name.split(".")]
+        if written and parts[-len(written):] == written:
+            return read
+    return None
+
+
+# -- Delta: the version whose files were read ------------------------------------------------------
+def _delta_root(uri: str, cache: dict[str, Any], roots: dict[str, str | None]) -> str | None:
+    """The Delta table root above file ``uri`` (a directory holding ``_delta_log``), or None."""
+    from pyarrow import fs as pafs
+
+    parent = uri.rsplit("/", 1)[0]
+    chain = []
+    for _ in range(16):  # partition directories nest a few levels at most
+        if parent in roots:
+            break
+        chain.append(parent)
+        fs, path = _arrow_fs(parent, cache)
+        if fs is None:
+            roots[parent] = None
+            break
+        try:
+            if fs.get_file_info(f"{path.rstrip('/')}/{DELTA_LOG}").type == pafs.FileType.Directory:
+                roots[parent] = parent
+                break
+        except Exception:  # noqa: BLE001 - no permission / not a file system path: not Delta as far as we know
+            roots[parent] = None
+            break
+        up = parent.rsplit("/", 1)[0]
+        if up == parent or not up or up.endswith(":/") or up.endswith("://"):
+            roots[parent] = None
+            break
+        parent = up
+    found = roots.get(parent)
+    for p in chain:
+        roots[p] = found
+    return found
+
+
+def delta_log_states(root: str) -> list[tuple[int, frozenset, frozenset, int | None]] | None:
+    """Every version of the Delta table at ``root``: (version, its files, its files with deletion vectors, commit ms).
+
+    Replays the JSON commits ``_delta_log/<version>.json`` (``add`` and
+    ``remove`` actions) with pyarrow on the driver. None when the log cannot
+    be replayed from version 0 (its first commits were cleaned up after a
+    checkpoint) or cannot be read.
+    """
+    import json
+
+    cache: dict[str, Any] = {}
+    fs, path = _arrow_fs(root, cache)
+    if fs is None:
+        return None
+    from pyarrow import fs as pafs
+
+    log_dir = f"{path.rstrip('/')}/{DELTA_LOG}"
+    try:
+        names = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(log_dir)))
+    except Exception as exc:  # noqa: BLE001
+        log.info("input lineage: cannot list a Delta log (%s)", type(exc).__name__)
+        return None
+    commits = [(int(m.group(1)), n) for n in names if (m := _DELTA_COMMIT.match(n))]
+    if not commits or commits[0][0] != 0 or [v for v, _ in commits] != list(range(len(commits))):
+        return None
+    active: dict[str, str] = {}
+    states = []
+    for version, name in commits:
+        committed = None
+        with fs.open_input_stream(f"{log_dir}/{name}") as fh:
+            for line in fh.read().decode().splitlines():
+                if not line.strip():
+                    continue
+                action = json.loads(line)
+                if "add" in action:
+                    add = action["add"]
+                    dv = add.get("deletionVector")
+                    active[_delta_file(root, add["path"])] = json.dumps(dv, sort_keys=True) if dv else ""
+                elif "remove" in action:
+                    active.pop(_delta_file(root, action["remove"]["path"]), None)
+                elif "commitInfo" in action:
+                    committed = action["commitInfo"].get("inCommitTimestamp") or action["commitInfo"].get("timestamp")
+        states.append((version, frozenset(active), frozenset(active.items()), committed))
+    return states
+
+
+def _delta_file(root: str, path: str) -> str:
+    """An ``add``/``remove`` path (relative and URL-encoded, or an absolute URI) as a normalised URI."""
+    if "://" in path or path.startswith("file:") or path.startswith("/"):
+        return _normalise(path)
+    return _normalise(f"{root.rstrip('/')}/{unquote(path)}")
+
+
+def delta_versions(files: Iterable[str], *, filtered: bool = False) -> dict[str, int | None]:
+    """``{Delta table root: the version whose files are exactly those read}`` for the Delta tables among ``files``.
+
+    The latest such version where several have the same files and the same
+    deletion vectors (a commit that changed only metadata); None where the
+    log cannot tell (see :func:`delta_log_states`), or where versions with the
+    same files differ in deletion vectors. ``filtered``: the query filters
+    its rows, so Delta may have pruned the files it lists (partitions, data
+    skipping); a match is then kept only if no later version still holds
+    every file read (else the read may be of that later version).
+    """
+    cache: dict[str, Any] = {}
+    roots: dict[str, str | None] = {}
+    by_root: dict[str, set[str]] = {}
+    for uri in {_normalise(u) for u in files}:
+        root = _delta_root(uri, cache, roots)
+        if root is not None:
+            by_root.setdefault(root, set()).add(uri)
+    out: dict[str, int | None] = {}
+    for root, read in by_root.items():
+        states = delta_log_states(root)
+        matches = [s for s in states or () if s[1] == read]
+        version = matches[-1][0] if matches and len({s[2] for s in matches}) == 1 else None
+        if version is not None and filtered and any(read <= s[1] for s in states[version + 1:]):
+            version = None
+        out[root] = version
+    return out
+
+
+def delta_path_lineage(path: str, as_of: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """The lineage a Spark read of the Delta table at ``path`` would record, from its log alone (no Spark).
+
+    ``as_of``: ``{"version": N}`` (that version), ``{}`` (the latest). A
+    ``timestamp`` needs Delta's own rules (commit times): None, cannot tell
+    without Spark. Equals :func:`dataframe_lineage` of
+    ``spark.read.format("delta").load(path)`` at that version.
+    """
+    as_of = dict(as_of or {})
+    if set(as_of) - {"version"}:
+        return None
+    states = delta_log_states(_normalise(path).rstrip("/"))
+    if not states:
+        return None
+    version = as_of.get("version", states[-1][0])
+    if not 0 <= version < len(states):
+        return None
+    state = states[version]
+    same = [s for s in states if s[1] == state[1]]
+    if len({s[2] for s in same}) != 1:
+        return None
+    return {"kind": TABLE, "tables": [_path_delta_entry(same[-1][0])]}
+
+
+def _path_delta_entry(version: int | None) -> dict[str, Any]:
+    """The table entry of a Delta table read by path (no name: paths are never recorded)."""
+    return {"name": None, "provider": "delta", "version": None if version is None else str(version),
+            "version_kind": None if version is None else "delta_version"}
 
 
 def plan_tables(df) -> list[str]:
@@ -196,27 +488,58 @@ def plan_tables(df) -> list[str]:
     return names
 
 
-def dataframe_lineage(df) -> dict[str, Any]:
-    """The lineage of a DataFrame: its tables (with versions) and/or a digest of its input files."""
+def dataframe_lineage(df, key: bytes) -> dict[str, Any]:
+    """The lineage of a DataFrame: its tables (with the versions read) and/or a keyed digest of its input files."""
+    from spark_dp.aggregates._scan import plan_text
+
     files = list(df.inputFiles())
-    tables = [table_version(df.sparkSession, t) for t in plan_tables(df)]
+    names = plan_tables(df)
+    reads: dict[str, dict[str, Any]] = {}
+    filtered = True  # unless the optimised plan shows no filter (then Delta lists every file of the version)
+    try:
+        text = plan_text(df)
+        reads = plan_reads(text) if names else {}
+        optimised = text.split("== Optimized Logical Plan ==", 1)[-1].split("== Physical Plan ==", 1)[0]
+        filtered = re.search(r"\bFilter\b", optimised) is not None
+    except Exception as exc:  # noqa: BLE001
+        log.info("input lineage: cannot read the plan's time travel (%s)", type(exc).__name__)
+    deltas = delta_versions(files, filtered=filtered) if files else {}
+    tables = [table_version(df.sparkSession, t, read=_read_of(reads, t), delta_versions=deltas) for t in names]
+    claimed = set()
+    for t in names:  # the roots of catalog tables: their DESCRIBE location (a path read of the same root is a table too)
+        claimed.update(root for root in deltas if any(e["name"] == t for e in tables) and _table_root(df, t) == root)
+    tables += [_path_delta_entry(v) for root, v in sorted(deltas.items()) if root not in claimed]
     if not files and not tables:
         return in_memory()
     out: dict[str, Any] = {"kind": TABLE if tables else FILES}
     if tables:
         out["tables"] = tables
     if files and not (tables and all(t["version"] is not None for t in tables)):
-        out["files_sha256"], out["files_stats"] = files_digest(files)
+        out[DIGEST], out["files_stats"] = files_digest(files, key)
     return out
 
 
-def input_lineage(source: Any) -> dict[str, Any]:
-    """The lineage of a release's input: a DataFrame, a file path (e.g. a ``.npy`` tensor) or an in-memory value."""
+def _table_root(df, name: str) -> str | None:
+    """The normalised location of catalog table ``name`` (DESCRIBE TABLE EXTENDED), or None."""
+    try:
+        for row in _sql_rows(df.sparkSession, f"DESCRIBE TABLE EXTENDED {_quoted(name)}"):
+            if str(row[0]).strip().lower() == "location" and row[1]:
+                return _normalise(str(row[1]).strip()).rstrip("/")
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+def input_lineage(source: Any, key: bytes) -> dict[str, Any]:
+    """The lineage of a release's input: a DataFrame, a file path (e.g. a ``.npy`` tensor) or an in-memory value.
+
+    ``key``: the ledger's lineage key (file digests are keyed with it).
+    """
     if isinstance(source, str | os.PathLike):
-        digest, stats = files_digest([os.fspath(source)])
-        return {"kind": FILES, "files_sha256": digest, "files_stats": stats}
+        digest, stats = files_digest([os.fspath(source)], key)
+        return {"kind": FILES, DIGEST: digest, "files_stats": stats}
     if hasattr(source, "inputFiles") and hasattr(source, "sparkSession"):
-        return dataframe_lineage(source)
+        return dataframe_lineage(source, key)
     return in_memory()
 
 
@@ -225,7 +548,7 @@ def _spark_hidden(name: str) -> bool:
     return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
 
 
-def path_lineage(path: str) -> dict[str, Any] | None:
+def path_lineage(path: str, key: bytes) -> dict[str, Any] | None:
     """The lineage of a read of ``path`` (a file or a directory of files), without Spark.
 
     Lists the files as Spark's file index does (recursively, skipping names
@@ -260,12 +583,23 @@ def path_lineage(path: str) -> dict[str, Any] | None:
         return None
     if not files:
         return None
-    digest, stats = files_digest(files)
-    return {"kind": FILES, "files_sha256": digest, "files_stats": stats}
+    digest, stats = files_digest(files, key)
+    return {"kind": FILES, DIGEST: digest, "files_stats": stats}
 
 
 def input_changed(stored: Mapping[str, Any] | None, now: Mapping[str, Any] | None) -> bool | None:
-    """Whether the input changed between a stored release's lineage and a re-run's (None: cannot tell)."""
+    """Whether the input changed between a stored release's lineage and a re-run's (None: cannot tell).
+
+    A stored lineage from before the keyed digest (``files_sha256``) cannot
+    be compared with today's keyed one: only the rest (tables and their
+    versions) is, and a match there says None (cannot tell), not False.
+    """
     if not stored or not now or IN_MEMORY in (stored.get("kind"), now.get("kind")):
         return None
-    return dict(stored) != dict(now)
+    stored, now = dict(stored), dict(now)
+    if (UNKEYED_DIGEST in stored) != (UNKEYED_DIGEST in now):
+        rest = ("kind", "tables")
+        if any(stored.get(k) != now.get(k) for k in rest):
+            return True
+        return None
+    return stored != now

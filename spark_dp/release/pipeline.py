@@ -110,8 +110,9 @@ class ReleasePlan:
         release_id: idempotency key (None: a new one).
         config_sha256: digest of the job config, if run from one.
         mode: ``private``, ``public_input`` or ``nonprivate`` (module doc).
-        lineage: ``lineage() -> dict``, what the release is computed from
-            (:mod:`spark_dp.release.lineage`); called once per release, before
+        lineage: ``lineage(key) -> dict``, what the release is computed from
+            (:mod:`spark_dp.release.lineage`); called once per release with
+            the ledger's lineage key (file digests are keyed with it), before
             any Spark job, into the manifest's ``input`` and the ledger charge.
             Never part of the request digest (a re-run over changed input
             finds its stored release). None: recorded as unknown.
@@ -133,7 +134,7 @@ class ReleasePlan:
     release_id: str | None = None
     config_sha256: str | None = None
     mode: str = "private"
-    lineage: Callable[[], Mapping[str, Any]] | None = None
+    lineage: Callable[[bytes], Mapping[str, Any]] | None = None
     request_sha256: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -176,15 +177,21 @@ def confidence_of(request: Mapping[str, Any]) -> float:
 def unit_of(privacy: Mapping[str, Any]) -> UnitDeclaration:
     """The privacy unit a release protects, from its manifest ``privacy`` fields.
 
-    Every family records ``neighbors``, ``privacy_unit`` (rows) and the
-    per-unit bound (``max_rows_per_unit`` or the sketches' ``max_items_per_unit``).
+    Every family records ``neighbors``, the per-unit bound
+    (``max_rows_per_unit`` or the sketches' ``max_items_per_unit``) and, for
+    rows, ``privacy_unit_column``: the unit column's name, or None when each
+    row is a unit. ``privacy_unit`` (the column's name, or ``row``) is for
+    people only: a column may be named ``row``. Explicit tensors record
+    neither (``tensor_entry`` neighbours: each entry is a unit).
     """
     if "neighbors" not in privacy:
         raise RuntimeError("bug: a release's privacy fields must state its neighbour relation")
+    if "privacy_unit" in privacy and "privacy_unit_column" not in privacy:
+        raise RuntimeError("bug: a release with a privacy_unit must record privacy_unit_column (None: row level)")
     neighbors = str(privacy["neighbors"])
-    unit = privacy.get("privacy_unit") or ("tensor_entry" if neighbors == "tensor_entry" else "row")
+    column = privacy.get("privacy_unit_column")
     m = privacy.get("max_rows_per_unit", privacy.get("max_items_per_unit")) or 1
-    return UnitDeclaration(str(unit), int(m), neighbors)
+    return UnitDeclaration(None if column is None else str(column), int(m), neighbors)
 
 
 def run_release(session: DPSession, plan: ReleasePlan) -> Release:
@@ -202,7 +209,7 @@ def run_release(session: DPSession, plan: ReleasePlan) -> Release:
     if plan.mode != "private":
         return _run_not_private(session, plan)
     rid = new_release_id(plan.task) if plan.release_id is None else check_release_id(plan.release_id, owner=plan.task)
-    lineage = _lineage(plan)  # once per release, before any Spark job (metadata only)
+    lineage = _lineage(session, plan)  # once per release, before any Spark job (metadata only)
     existing = session.ledger.lookup(rid)
     if existing is not None:
         return note_input_change(stored_release(session, existing, request_sha256=plan.request_sha256), lineage,
@@ -261,7 +268,7 @@ def _run_not_private(session: DPSession, plan: ReleasePlan) -> Release:
         rid = rid if rid.startswith(NONPRIVATE_PREFIX) else NONPRIVATE_PREFIX + rid
         root = storage.join(session.output, NONPRIVATE_DIR)
     existing = storage.join(root, rid)
-    lineage = _lineage(plan)
+    lineage = _lineage(session, plan)
     if release_exists(existing):
         rel = load_release(existing)
         if rel.manifest.get("request_sha256") != plan.request_sha256:
@@ -283,12 +290,12 @@ def _run_not_private(session: DPSession, plan: ReleasePlan) -> Release:
     return release
 
 
-def _lineage(plan: ReleasePlan) -> dict[str, Any] | None:
-    """The plan's input lineage (None: the plan gives none); a failure is logged, never fatal."""
+def _lineage(session: DPSession, plan: ReleasePlan) -> dict[str, Any] | None:
+    """The plan's input lineage, keyed by the session's ledger (None: the plan gives none); never fatal."""
     if plan.lineage is None:
         return None
     try:
-        return dict(plan.lineage())
+        return dict(plan.lineage(session.ledger.lineage_key))
     except Exception as exc:  # noqa: BLE001 - lineage is metadata: it must not stop a release
         log.warning("%s: could not compute the input lineage (%s); recorded as unknown", plan.task, type(exc).__name__)
         return {"kind": "unknown"}

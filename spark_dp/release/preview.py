@@ -581,7 +581,8 @@ def _regression(mechanism, request, privacy, manifest, n, level) -> dict[str, An
     z = normal_quantile(level)
     table = [_with_realistic({"n": m, "stderr": s_xy / (m * c), "half_width": z * s_xy / (m * c),
                               "stderr_per_unit_norm_beta": s_xx / (m * c)}) for m in ns]
-    return {
+    intervals = _regression_interval_kinds(mechanism, request, privacy, p)
+    return {**({"intervals": intervals} if intervals else {}),
         "what": "coefficients", "predicted": True, "best_case": True, "warning": BEST_CASE_WARNING,
         "realistic": REALISTIC,
         "per_coefficient": table,
@@ -593,6 +594,37 @@ def _regression(mechanism, request, privacy, manifest, n, level) -> dict[str, An
                    "spectral norm (about 2 s sqrt(p)) equals n c, below it the solve is dominated by noise"),
         "noise": noise,
     }
+
+
+def _regression_interval_kinds(mechanism, request, privacy, p: int) -> dict[str, Any] | None:
+    """Which kind of coefficient intervals the release will carry, as a function of λ_min of the scaled XᵀX.
+
+    The same thresholds as the release (:mod:`spark_dp.second_moment.uncertainty`, ``adassp_uncertainty``;
+    :mod:`spark_dp.second_moment.intervals`, ``gaussian_lambda_floor``); the dry run cannot see λ_min (the data's).
+    """
+    params = request.get("params") or {}
+    ridge = float(params.get("ridge") or 0.0)
+    if mechanism == "adassp":
+        s1, s2 = (float(x) for x in privacy["noise_scale"][:2])
+        delta, rho = float(request["delta"]), float(privacy["rho"])
+        margin = s1 * math.sqrt(math.log(6.0 / delta))
+        threshold = s2 * math.sqrt(p * math.log(2.0 * p * p / rho))
+        return {"lambda_min_refused_below": margin, "lambda_min_interval_above": threshold + margin,
+                "how": ("coefficients/intercept: kind none (refused, the reason in the method) when AdaSSP's private "
+                        "lower bound on lambda_min of the scaled X^T X is 0, i.e. about when lambda_min < "
+                        f"{margin:.6g} (sigma_1 sqrt(ln(6/delta))); kind bound (its ridge's bias bounded) between "
+                        f"that and {threshold + margin:.6g}; kind interval above (no adaptive ridge){'' if not ridge else ', except that a user ridge > 0 always gives a bound'}; "
+                        "without bounds any ridge > 0 is refused. lambda_min is the data's: about n times the "
+                        "smallest variance of the scaled columns for a well-spread design, far less for a collinear one")}
+    if mechanism == "analyze_gauss" and (params.get("postprocess") == "shift" or ridge):
+        sigma = float(privacy["noise_scale"] if not isinstance(privacy["noise_scale"], list) else privacy["noise_scale"][0])
+        noise = 2.0 * sigma * math.sqrt(p) + 2.0 * sigma * math.sqrt(math.log(2.0 / 1e-3))
+        return {"lambda_min_bound_above": noise,
+                "how": ("coefficients/intercept after the shift (a ridge): kind bound (the ridge's bias bounded) when "
+                        f"lambda_min of the released scaled X^T X exceeds {noise:.6g} (a 0.999 bound on the noise's "
+                        "spectral norm), otherwise kind interval for the unregularised fit of the same release (the "
+                        "released ridge coefficients may lie outside it)")}
+    return None
 
 
 def _pca(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:

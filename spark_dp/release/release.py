@@ -39,8 +39,9 @@ probability at least the level (``kind: bound``), and what it covers
 Optional in version 2 (issue #16; absent from older manifests, which stay
 readable): ``input`` — the input lineage (:mod:`spark_dp.release.lineage`):
 ``kind`` (``table``, ``files``, ``in_memory`` or ``unknown``), the tables
-with their version where the source has one, and/or ``files_sha256``, a
-digest of the input files' names, sizes and modification times. Never data.
+with their version where the source has one, and/or ``files_hmac_sha256``, a
+digest of the input files' names, sizes and modification times keyed by the
+ledger's secret lineage key (no size is recoverable from it). Never data.
 
 Kept from version 1, deprecated: ``noise_sigma`` (= ``noise_scale`` of a
 Gaussian release) and the sketches' ``max_items_per_unit`` (=
@@ -118,13 +119,22 @@ class Release:
         return self.uncertainty[name]
 
     def interval(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """(low, high) of array ``name`` at the release's level (``confidence``); see :meth:`uncertainty_of`."""
-        u = self.uncertainty_of(name)
+        """(low, high) of array ``name`` at the release's level (``confidence``); see :meth:`uncertainty_of`.
+
+        NoUncertaintyError with the reason when the release refused its interval (kind ``none``).
+        """
+        u = self._stated(name)
         return u.low, u.high
+
+    def _stated(self, name: str) -> Uncertainty:
+        u = self.uncertainty_of(name)
+        if u.kind == "none":
+            raise NoUncertaintyError(f"Array {name!r} of release {self.release_id!r} has no interval: {u.method}")
+        return u
 
     def stderr(self, name: str) -> np.ndarray:
         """The standard error of each entry of array ``name``; NoUncertaintyError if it has none (or a bound)."""
-        u = self.uncertainty_of(name)
+        u = self._stated(name)
         if u.stderr is None:
             raise NoUncertaintyError(f"Array {name!r} of release {self.release_id!r} has a bound ({u.method}), "
                                      "not a standard error; use interval().")

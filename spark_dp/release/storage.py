@@ -16,8 +16,10 @@ scheme         file system                               credentials and endpoin
 ``abfss://``                                             URI's account (its key or SAS token, its endpoints);
                                                          else the Azure default credential chain
                                                          (environment, workload/managed identity, CLI login)
-``hdfs://``    ``pyarrow.fs.HadoopFileSystem`` (libhdfs)  the Hadoop configuration (``HADOOP_CONF_DIR``,
-                                                         Kerberos ticket cache)
+``hdfs://``    ``pyarrow.fs.HadoopFileSystem`` (libhdfs); the Hadoop configuration (``HADOOP_CONF_DIR``,
+               where libhdfs cannot be loaded,            Kerberos ticket cache)
+               ``hdfs-native`` (``spark-dp[hdfs]``)
+               behind ``pyarrow.fs.PyFileSystem``
 ============== ========================================= ====================================================
 
 pyarrow's ``S3FileSystem`` does not read ``AWS_ENDPOINT_URL`` itself (apache/arrow#49643),
@@ -28,7 +30,11 @@ honours ``CLOUD_STORAGE_EMULATOR_ENDPOINT`` for the endpoint only), so an emulat
 opens the emulator anonymously, at that address, as Google's own client libraries do.
 pyarrow's ``abfs[s]://`` URI parsing takes no key and reads no Azure environment variable,
 so the Azure SDKs' standard connection string is read here.
-No fsspec is needed: pyarrow has a native file system for every scheme above.
+pyarrow's ``HadoopFileSystem`` needs ``libhdfs.so`` and a Hadoop installation (``HADOOP_HOME``,
+``CLASSPATH``), which a pip-installed Spark does not have; where it cannot be loaded, ``hdfs://``
+is opened with ``hdfs-native`` (a pure HDFS client on PyPI, the ``spark-dp[hdfs]`` extra) through
+``pyarrow.fs.PyFileSystem(FSSpecHandler(...))``: the same operations, HDFS's own rename included.
+No other scheme needs fsspec: pyarrow has a native file system for each.
 
 Only :mod:`spark_dp.release` writes releases; the readers (``load_release``,
 ``estimate``, ``report``, merging, plans, ``audit``) go through the helpers here,
@@ -39,6 +45,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import socket
 import threading
 from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
@@ -150,11 +157,32 @@ def _azure(location: str, netloc: str) -> pafs.FileSystem:
     return pafs.AzureFileSystem(**kwargs)
 
 
+def _hdfs(location: str) -> pafs.FileSystem:
+    """libhdfs (pyarrow's HadoopFileSystem) where it loads, else the pure client ``hdfs-native``.
+
+    Raises:
+        ConfigError: neither can be had (the message says what to install).
+    """
+    try:
+        return pafs.FileSystem.from_uri(location)[0]
+    except OSError as exc:  # no libhdfs / libjvm / Hadoop CLASSPATH on this host
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    try:
+        from hdfs_native.fsspec import HdfsFileSystem
+    except ImportError:
+        raise ConfigError(f"Cannot open {location!r}: pyarrow's HadoopFileSystem needs libhdfs and a Hadoop "
+                          f"installation ({why}); or install the pure HDFS client: pip install 'spark-dp[hdfs]' "
+                          "(hdfs-native).") from None
+    u = urlparse(location)
+    return pafs.PyFileSystem(pafs.FSSpecHandler(HdfsFileSystem(host=u.hostname, port=u.port)))
+
+
 def _env_key(scheme: str) -> tuple:
     """What the file system of ``scheme`` depends on besides the URI (a cache key part)."""
     names = {"s3": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
                     "AWS_ACCESS_KEY_ID"),
-             "gs": _GCS_EMULATOR, "abfs": (_AZURE_CONNECTION,)}.get(scheme, ())
+             "gs": _GCS_EMULATOR, "abfs": (_AZURE_CONNECTION,),
+             "hdfs": ("HADOOP_CONF_DIR", "HADOOP_HOME", "CLASSPATH", "ARROW_LIBHDFS_DIR")}.get(scheme, ())
     return tuple(os.environ.get(k) for k in names)
 
 
@@ -164,7 +192,8 @@ def _open(scheme: str, netloc: str, location: str) -> pafs.FileSystem:
     with _lock:
         fs = _cache.get(key)
         if fs is None:
-            fs = _cache[key] = _s3(netloc) if scheme == "s3" else _gcs() if scheme == "gs" else _azure(location, netloc)
+            fs = _cache[key] = (_s3(netloc) if scheme == "s3" else _gcs() if scheme == "gs"
+                                else _hdfs(location) if scheme == "hdfs" else _azure(location, netloc))
     return fs
 
 
@@ -185,6 +214,8 @@ def locate(location: str) -> Location:
         if scheme == "abfs" and "@" in u.netloc:  # container@account.<domain>/path: container/path
             return Location(_open(scheme, u.netloc, location),
                             f"{u.netloc.partition('@')[0]}{unquote(u.path)}".rstrip("/"), False)
+        if scheme == "hdfs":  # hdfs://namenode[:port]/path: /path
+            return Location(_open(scheme, u.netloc, location), unquote(u.path).rstrip("/") or "/", False)
         fs, path = pafs.FileSystem.from_uri(location)
     except ConfigError:
         raise
@@ -303,7 +334,16 @@ def check_root(location: str) -> None:
     job never charges the ledger and then finds it cannot write its release.
     """
     loc = locate(location)
-    if loc.local or loc.path.startswith("/"):  # local and HDFS: the directories are created when writing
+    if loc.local:  # the directories are created when writing
+        return
+    if loc.path.startswith("/"):  # HDFS: the directories are created when writing; the NameNode must answer
+        u = urlparse(location)
+        try:
+            if u.port is not None:  # host:port named (not an HA name service): hdfs-native would retry for minutes
+                socket.create_connection((u.hostname, u.port), timeout=10).close()
+            loc.fs.get_file_info("/")
+        except OSError as exc:
+            raise ConfigError(f"The output {location!r} cannot be reached: {str(exc).splitlines()[0]}") from exc
         return
     top = loc.path.split("/", 1)[0]  # the bucket (S3, GCS) or container (Azure)
     try:

@@ -23,10 +23,13 @@ release at the same instant could both append (the check and the append are
 not one transaction on Parquet tables); a Delta table's ``MERGE`` would close
 that gap but needs the Delta runtime.
 
-Formats: ``parquet`` (any Spark) and ``delta`` (only where the runtime ships
-Delta Lake, e.g. Databricks; untested here). Both go through
-``DataFrameWriter.saveAsTable``, which works on classic Spark and Spark
-Connect.
+Formats: ``parquet`` (any Spark), ``delta`` (Delta Lake) and ``iceberg``
+(Apache Iceberg; ``table`` then names a table of an Iceberg catalog, e.g.
+``local.db.releases``). Delta and Iceberg need their jars in the session:
+a job's local session gets them (:func:`spark_dp.runtime.table_format_conf`),
+Databricks ships Delta. All go through ``DataFrameWriter.saveAsTable``, which
+works on classic Spark and Spark Connect; the Delta and Iceberg appends are
+tested against the real formats (``tests/warehouse/``).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from spark_dp.release.release import Release
 
 log = logging.getLogger("spark_dp")
 
-TABLE_FORMATS = ("parquet", "delta")
+TABLE_FORMATS = ("parquet", "delta", "iceberg")
 INDEX_COLUMNS = ("i", "j", "k", "l")
 COLUMNS = ("release_id", "dataset_id", "task", "mechanism", "array", *INDEX_COLUMNS, "value", "created_at")
 UNCERTAINTY_COLUMNS = ("stderr", "low", "high")
@@ -87,13 +90,13 @@ def write_release_table(spark, release: Release, table: str, *, format: str = "p
         spark: the SparkSession (classic or Connect).
         release: a written (or stored) release.
         table: ``db.tbl``; created on first use.
-        format: ``parquet`` or ``delta`` (Delta needs the Delta Lake runtime).
+        format: ``parquet``, ``delta`` or ``iceberg`` (Delta and Iceberg need their jars in the session).
 
     Returns:
         True if rows were appended, False if the release was in the table already.
 
     Raises:
-        ConfigError: unknown format, or Delta requested where the runtime has none.
+        ConfigError: unknown format, or Delta / Iceberg requested where the session has no jars for it.
         SchemaError: the existing table does not have the release-table columns.
     """
     if format not in TABLE_FORMATS:
@@ -118,9 +121,11 @@ def write_release_table(spark, release: Release, table: str, *, format: str = "p
         df.write.format(format).mode("append").saveAsTable(table)
     except Exception as exc:  # AnalysisException / Connect's equivalent
         text = str(exc)
-        if format == "delta" and ("DATA_SOURCE_NOT_FOUND" in text or "delta" in text.lower() and "not found" in text.lower()):
-            raise ConfigError("The 'output.format' 'delta' needs the Delta Lake runtime (e.g. Databricks), "
-                              "which this Spark does not have; use 'parquet'.") from None
+        if format != "parquet" and ("DATA_SOURCE_NOT_FOUND" in text or format in text.lower() and "not found" in text.lower()
+                                    or "Failed to find data source" in text):
+            raise ConfigError(f"The 'output.format' {format!r} needs the {'Delta Lake' if format == 'delta' else 'Iceberg'} "
+                              "jars in the Spark session, which this one does not have: let spark-dp create the "
+                              "session (it adds them), add them with spark.jars.packages, or use 'parquet'.") from None
         raise
     log.info("release %s appended to table %s (%s)", release.release_id, table, format)
     return True

@@ -16,6 +16,11 @@ Two kinds (``kind``):
     a worst-case bound that holds with probability at least ``level`` (e.g.
     Weyl's inequality with a high-probability bound on the noise's spectral
     norm): conservative, its coverage is higher than the level.
+``none``
+    refused: the method cannot show an interval that holds for this release
+    (e.g. a ridge whose bias cannot be bounded from the released values);
+    ``method`` says why, ``low``/``high`` are NaN and there is no standard
+    error. ``Release.interval`` and ``Release.stderr`` raise with the reason.
 
 Written next to the array in the same long-format Parquet file (columns
 ``stderr``, ``low``, ``high`` after ``value``) with the level and each
@@ -31,7 +36,7 @@ from statistics import NormalDist
 import numpy as np
 
 DEFAULT_CONFIDENCE = 0.95
-KINDS = ("interval", "bound")
+KINDS = ("interval", "bound", "none")
 COVERS = ("noise", "noise+sampling")
 
 
@@ -43,7 +48,7 @@ class Uncertainty:
         low, high: arrays of the payload array's shape.
         stderr: same shape, or None where a standard error does not apply (bounds).
         method: one sentence, how it was derived (recorded in the manifest).
-        kind: ``interval`` or ``bound``.
+        kind: ``interval``, ``bound`` or ``none`` (refused: NaN, the reason in ``method``).
         covers: ``noise`` or ``noise+sampling``.
         target: what the interval is of when that is not the noise-free
             summary itself (e.g. a matrix that keeps a ridge ``A^T A + c I``);

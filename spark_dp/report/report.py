@@ -131,7 +131,7 @@ def _coefficient_sd(release: Release) -> np.ndarray | None:
 
 def _errorbars(release: Release, name: str) -> np.ndarray | None:
     """(2, n) distances below/above each value for matplotlib's yerr, from the released interval (or None)."""
-    if name not in release.uncertainty:
+    if name not in release.uncertainty or release.uncertainty[name].kind == "none":
         return None
     v = np.asarray(release[name], dtype=np.float64).reshape(-1)
     low, high = (np.asarray(a).reshape(-1) for a in release.interval(name))
@@ -156,8 +156,8 @@ def _coefficients(release: Release, sections: list[str]):
     """
     plt = _plt()
     terms = _coefficient_terms(release)
-    intervals = {a: release.interval(a) if a in release.uncertainty else None for a in ("coefficients", "intercept")
-                 if a in release.arrays}
+    intervals = {a: release.interval(a) if a in release.uncertainty and release.uncertainty[a].kind != "none"
+                 else None for a in ("coefficients", "intercept") if a in release.arrays}
     sd = None if intervals.get("coefficients") is not None else _coefficient_sd(release)
     cols = min(4, len(terms))
     rows = -(-len(terms) // cols)
@@ -326,6 +326,9 @@ def uncertainty_section(release: Release, *, entries: int = ENTRIES) -> list[str
              "Every one is post-processing of the released values and public parameters (no privacy cost).", ""]
     for name, u in sorted(release.uncertainty.items()):
         v = np.asarray(release[name], dtype=np.float64)
+        if u.kind == "none":
+            lines += [f"### {name} (no interval)", "", f"Refused: {u.method}", ""]
+            continue
         lines += [f"### {name} ({u.kind}, covers {u.covers})", "", u.method, ""]
         if u.target:
             lines += [f"Interval of: {u.target}.", ""]

@@ -198,9 +198,11 @@ def _release(
                                           "bounded: no row norm exceeds sqrt(d))"} if vec.fully_bounded else {}),
             "selected_quantile": chosen_q, "norm_bound": norm_bound, **stated}}, noised.uncertainty)
 
-    privacy = {**plan.privacy, "privacy_unit": privacy_unit or "row", "max_rows_per_unit": max_rows_per_unit}
+    privacy = {**plan.privacy, "privacy_unit": privacy_unit or "row",
+               "privacy_unit_column": privacy_unit, "max_rows_per_unit": max_rows_per_unit}
     if vec.quantile is not None:
         privacy = {**auto_privacy(plan_for, request["epsilon"], vec), "privacy_unit": privacy_unit or "row",
+                   "privacy_unit_column": privacy_unit,
                    "max_rows_per_unit": max_rows_per_unit}
     if vec.clipping is not None or vec.auto_bounds is not None:  # the budget split, stated
         privacy = {**privacy, "epsilon": request["epsilon"], "mechanism_epsilon": mechanism_budget(vec, request["epsilon"]),
@@ -490,7 +492,8 @@ def linear_regression(
             if ridge:  # the user's ridge on top of the adaptive one (post-processing)
                 beta, info = solve_normal_equations(xtx, xty, ridge=ridge + lam)
             unc = adassp_uncertainty(result["xtx"], result["xty"], beta, plan.privacy["noise_scale"],
-                                     confidence_of(request), ridge=ridge + lam, scaling=scaling if vec.scaled else None)
+                                     confidence_of(request), ridge=ridge + lam, scaling=scaling if vec.scaled else None,
+                                     adaptive=lam, rho=float(plan.privacy["rho"]))
             arrays = {"lambda": result["lambda"]}
             if vec.scaled:
                 joint = np.block([[xtx, xty[:, None]], [xty[None, :], np.zeros((1, 1))]])

@@ -18,15 +18,26 @@ noise of scale b = Δ₁/ε_c drawn through the chokepoint after the charge. The
 payload arrays are ``clipping_counts`` = [c̃, ñ] and ``clipped_fraction`` =
 [min(max(c̃, 0)/max(ñ, 1), 1)] (post-processing), each with its interval.
 
-Sensitivity Δ₁ of (c, n) (m = ``max_rows_per_unit``; each unit keeps at most
-m rows):
+Sensitivity Δ₁ of (c, n) (m = ``max_rows_per_unit``). Contribution bounding
+keeps at most m rows of each unit (rows of a null ``privacy_unit`` value form
+one unit; which rows is a function of a secret and the unit's own rows), and
+then the kernel applies the ``nonfinite`` policy: ``drop`` removes every kept
+row with a NaN, ±inf or null value, so a unit enters the counts with anywhere
+from 0 to m rows (0: all its kept rows are dropped); ``zero`` keeps them all.
+Hence:
 
 * add/remove one unit of k ≤ m rows: n moves by k and c by j ≤ k, in the
   same direction: Δ₁ = 2m (a unit of m clipped rows);
-* replace one unit's k₁ rows by k₂ others (1 ≤ k₁, k₂ ≤ m: a unit holds at
-  least one row): n moves by k₂ − k₁ and c by j₂ − j₁ with 0 ≤ jᵢ ≤ kᵢ, so
-  |Δn| + |Δc| ≤ |k₂ − k₁| + max(k₁, k₂) ≤ (m − 1) + m: Δ₁ = 2m − 1 (1 for
-  one row per unit: a replaced row changes c by at most 1 and n not at all).
+* replace one unit's k₁ kept rows by k₂ others (0 ≤ k₁, k₂ ≤ m: the
+  replacing unit's rows may all be dropped by the policy, e.g. all-NaN rows
+  under ``drop``): n moves by k₂ − k₁ and c by j₂ − j₁ with 0 ≤ jᵢ ≤ kᵢ, so
+  |Δn| + |Δc| ≤ |k₂ − k₁| + max(k₁, k₂) ≤ 2m, attained by m clipped rows
+  replaced by m rows the policy drops: Δ₁ = 2m, as under add/remove (one
+  row per unit: a clipped row replaced by an all-NaN row moves (c, n) by
+  (−1, −1)). The bound is the same for both policies and both input
+  paths (the Spark reader and the direct Parquet path count the same rows);
+  counting n before the policy would save one (2m − 1) but would no longer
+  count the rows that entered the matrix.
 
 The count c alone would have sensitivity m under either relation (a unit's
 rows change it by at most 1 each); n is released with it so the fraction
@@ -62,10 +73,8 @@ ARRAYS = ("clipped_fraction", "clipping_counts")
 def clipping_sensitivity(*, max_rows_per_unit: int = 1, neighbors: str = "add_remove") -> float:
     """L1 sensitivity of (clipped rows, rows) for m rows per unit (module docstring)."""
     m = int(max_rows_per_unit)
-    if neighbors == "add_remove":
+    if neighbors in ("add_remove", "replace"):  # replace: a unit may keep 0 rows after the policy
         return 2.0 * m
-    if neighbors == "replace":
-        return 2.0 * m - 1.0
     raise ValueError(f"unknown neighbour relation {neighbors!r}")
 
 

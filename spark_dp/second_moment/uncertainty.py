@@ -474,8 +474,26 @@ def adassp_sums_uncertainty(xtx: np.ndarray, xty: np.ndarray, sigmas, level: flo
     }
 
 
+def adassp_lambda_floor(lam: float, sigmas, p: int, rho: float) -> float:
+    """AdaSSP's private lower bound λ̃_min on λ_min(XᵀX), from its released adaptive ridge λ (public arithmetic).
+
+    Steps 1–2 of the algorithm (:mod:`.adassp`): λ = max(0, σ₂√(p ln(2p²/ρ)) − λ̃_min), so λ̃_min = that
+    threshold − λ when λ > 0, and at least the threshold when λ = 0. λ̃_min ≤ λ_min(XᵀX) unless its Gaussian
+    draw exceeds σ₁√ln(6/δ) (probability below δ).
+    """
+    threshold = float(sigmas[1]) * math.sqrt(p * math.log(2.0 * p * p / rho))
+    return max(threshold - float(lam), 0.0)
+
+
+def no_interval(shape, reason: str, covers: str = "noise") -> Uncertainty:
+    """An array whose interval the release refuses to state: ``kind: none`` with the reason (no numbers)."""
+    nan = np.full(shape, np.nan)
+    return Uncertainty(nan, nan, None, reason, kind="none", covers=covers)
+
+
 def adassp_uncertainty(xtx: np.ndarray, xty: np.ndarray, beta: np.ndarray, sigmas, level: float, *,
-                       ridge: float, scaling=None, rng: np.random.Generator | None = None) -> dict[str, Uncertainty]:
+                       ridge: float, scaling=None, rng: np.random.Generator | None = None,
+                       adaptive: float | None = None, rho: float = 0.05) -> dict[str, Uncertainty]:
     """AdaSSP's released X^T X + N (σ₂), X^T y + N (σ₃) and its coefficients' intervals (and intercept's).
 
     ``xtx``, ``xty`` and ``beta`` are in the vector's units (before any map
@@ -484,31 +502,68 @@ def adassp_uncertainty(xtx: np.ndarray, xty: np.ndarray, beta: np.ndarray, sigma
     [X y]·Tᵀ, whose noise T·N·Tᵀ has the exact sd of :func:`gaussian_sd`
     (σ₂ on the X^T X block, σ₃ on X^T y, none on the unreleased yᵀy).
 
-    ``coefficients`` (and ``intercept`` with the constant column): the
-    parametric bootstrap of :mod:`.intervals` with AdaSSP's two noise scales
-    and its ridge λ held fixed (when λ > 0 the interval of 2-step iterated Tikhonov, as after a shift).
-    AdaSSP releases no yᵀy, so the residual variance and the sampling error
-    cannot be estimated from the release: these intervals cover the privacy
-    noise only (``covers="noise"``; the truth is the non-private fit on the
-    same clipped rows). ``lambda`` is the algorithm's adaptive ridge (a
-    choice, not an estimate of a data value) and has none.
+    ``coefficients`` (and ``intercept`` with the constant column) cover the
+    privacy noise only (``covers="noise"``; the truth is the non-private fit
+    on the same clipped rows): AdaSSP releases no yᵀy, so the sampling error
+    cannot be estimated from the release. ``ridge`` is the whole ridge r
+    (the adaptive λ = ``adaptive`` plus the user's).
+
+    * r = 0: the parametric bootstrap of :func:`.intervals.regression_bootstrap`
+      with AdaSSP's two noise scales (kind ``interval``).
+    * r > 0: the ridge shrinks the fit by a bias linear in the unknown β,
+      which no bootstrap built on the shrunk fit sees (on a collinear table
+      the previous iterated-Tikhonov centring held the truth in 10 % of the
+      releases). With public bounds, iterated Tikhonov widened by a valid
+      bound on its bias (:func:`.intervals.bias_bounded_bootstrap`, kind
+      ``bound``: conservative), from AdaSSP's own private lower bound
+      λ̃_min on λ_min(XᵀX) (:func:`adassp_lambda_floor`) and the label's
+      bound. Refused (kind ``none``, the reason in the method) where that
+      bound is 0 — the design is too close to collinear for the noise at
+      this ε, and no interval can be shown to hold — or where the release
+      has no public bounds to bound the label by.
+
+    ``lambda`` is the algorithm's adaptive ridge (a choice, not an estimate
+    of a data value) and has none.
     """
     from spark_dp.second_moment._scaling import Scaling
-    from spark_dp.second_moment.intervals import regression_bootstrap
+    from spark_dp.second_moment.intervals import bias_bounded_bootstrap, regression_bootstrap
 
     _, s2, s3 = (float(s) for s in sigmas)
     p = xtx.shape[0]
     joint = np.block([[xtx, xty[:, None]], [xty[None, :], np.zeros((1, 1))]])
+    bounded = scaling is not None and scaling.fully_bounded and scaling.constant_at is not None
     if scaling is None:
         scaling = Scaling(tuple(f"x{i}" for i in range(p + 1)), (None,) * (p + 1))
     out = adassp_sums_uncertainty(xtx, xty, sigmas, level, transform=scaling.transform())
-    got = regression_bootstrap(joint, beta, sigma=s2, sigma_xy=s3, scaling=scaling, label_at=p, ridge=ridge,
-                               level=level, sampling=False, debias=ridge > 0, rng=rng)
-    method = got.method + ", AdaSSP's sigma_2 on X^T X and sigma_3 on X^T y, its ridge lambda held fixed; " \
-                          "noise only (AdaSSP releases no y^T y to estimate the sampling error from)"
     k = scaling.constant_at
     part = {"coefficients": np.arange(p)} if k is None else {
         "coefficients": np.delete(np.arange(p), k), "intercept": np.array([k])}
+    if ridge > 0:
+        floor = adassp_lambda_floor(ridge if adaptive is None else adaptive, sigmas, p, rho)
+        reason = None
+        if not bounded:
+            reason = ("no interval: the ridge r = {r:.6g} biases the fit by an amount that depends on the unknown "
+                      "coefficients, and without public bounds on every column the release carries no bound on it")
+        elif floor <= 0:
+            reason = ("no interval: AdaSSP's private lower bound on the smallest eigenvalue of X^T X is 0 at this "
+                      "epsilon (the design is too close to collinear, or n too small, for the noise), so the bias "
+                      "of its adaptive ridge r = {r:.6g} cannot be bounded and no interval can be shown to hold; "
+                      "use more rows, a larger epsilon, fewer or less correlated columns, or the released "
+                      "coefficients as a point estimate only")
+        if reason:
+            for name, idx in part.items():
+                out[name] = no_interval(idx.shape, reason.format(r=ridge))
+            return out
+        n_up = float(joint[k, k]) + 5.0 * s2  # the constant's diagonal is n + N(0, sigma_2^2); 5 sd above
+        got = bias_bounded_bootstrap(joint, beta, sigma=s2, sigma_xy=s3, scaling=scaling, label_at=p, ridge=ridge,
+                                     lambda_floor=floor, label_energy=max(n_up, 0.0), level=level, rng=rng)
+        kind = "bound"
+    else:
+        got = regression_bootstrap(joint, beta, sigma=s2, sigma_xy=s3, scaling=scaling, label_at=p, ridge=0.0,
+                                   level=level, sampling=False, rng=rng)
+        kind = "interval"
+    method = got.method + ", AdaSSP's sigma_2 on X^T X and sigma_3 on X^T y, its ridge lambda held fixed; " \
+                          "noise only (AdaSSP releases no y^T y to estimate the sampling error from)"
     for name, idx in part.items():
-        out[name] = Uncertainty(got.low[idx], got.high[idx], got.stderr[idx], method, covers="noise")
+        out[name] = Uncertainty(got.low[idx], got.high[idx], got.stderr[idx], method, kind=kind, covers="noise")
     return out

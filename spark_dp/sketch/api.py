@@ -349,7 +349,7 @@ def _validate(
             raise ConfigError(f"The 'seeds' parameter of {owner} with 'levels' must be an earlier dyadic release "
                               f"with levels={levels} (its level seeds and domain hash are reused so the stacks merge).")
     top, threshold = P.check("top", top, owner=owner), P.check("threshold", threshold, owner=owner)
-    if not isinstance(df, DataFrame):
+    if not P.is_dataframe(df):
         raise SchemaError(f"The 'df' parameter of {owner} must be a Spark DataFrame. Got {type(df).__name__} instead.")
     if source_paths is not None:
         if isinstance(source_paths, str):
@@ -368,7 +368,7 @@ def _validate(
     from spark_dp.aggregates.sketch import item_kind, prepare_items
 
     if candidates is not None:
-        if isinstance(candidates, DataFrame):
+        if P.is_dataframe(candidates):
             SKETCH_PARAMS.check("candidate_column", candidate_column, owner=owner)
             ckind = item_kind(candidates, candidate_column)
             if ckind != item_kind(df, column):
@@ -381,7 +381,7 @@ def _validate(
             from spark_dp.sketch.estimate import coerce_items
 
             candidates = coerce_items(list(candidates), item_kind(df, column))
-        if isinstance(candidates, DataFrame):
+        if P.is_dataframe(candidates):
             from spark_dp.sketch.estimate import check_candidates_frame
 
             # Candidates from the private data would publish which items it holds (before any charge).
@@ -606,7 +606,8 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         "noise": plan.noise, "noise_family": plan.noise, "noise_scale": plan.scale,
         **({"noise_sigma": plan.scale} if plan.noise == "gaussian" else {}),
         "calibration": "exact (Balle & Wang 2018)" if plan.noise == "gaussian" else "Laplace b = sensitivity/epsilon",
-        "privacy_unit": r.privacy_unit or "row", "max_rows_per_unit": r.max_items_per_unit,
+        "privacy_unit": r.privacy_unit or "row", "privacy_unit_column": r.privacy_unit,  # None: each row is a unit
+        "max_rows_per_unit": r.max_items_per_unit,
         "max_items_per_unit": r.max_items_per_unit,  # deprecated duplicate of max_rows_per_unit (manifest schema 1)
         "unit_clipping": r.unit_clipping, "unit_l2_bound": r.C, "levels": r.levels,
     }

@@ -9,7 +9,6 @@ choice, not through the sketch.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from spark_dp.errors import ConfigError, SchemaError
+from spark_dp.params import is_dataframe
 from spark_dp.release import Release, load_release, storage
 from spark_dp.sketch.count_sketch import combine, simple_estimates, table_total
 from spark_dp.sketch.hashing import MASK, buckets_and_signs, to_signed
@@ -32,11 +32,7 @@ def _is_dataframe(x: Any) -> bool:
     (Estimates and plans from released tables need no Spark: ``spark_dp.sketch``
     imports without it.)
     """
-    if "pyspark" not in sys.modules:
-        return False
-    from pyspark.sql import DataFrame
-
-    return isinstance(x, DataFrame)
+    return is_dataframe(x)
 
 def _distinct_items(candidates: DataFrame, column: str, typ: Any, *, non_null: bool = False) -> DataFrame:
     """The distinct candidate items (one column ``item`` of type ``typ``), shuffled by spark-dp's own rule.

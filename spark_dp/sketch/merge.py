@@ -169,7 +169,13 @@ _UNIT_FIELDS = (("privacy_unit", "row"), ("max_rows_per_unit", 1), ("unit_clippi
 def _unit_field(privacy: dict, key: str, default: Any) -> Any:
     if key == "max_rows_per_unit":  # manifest schema 1 called it max_items_per_unit
         return privacy.get(key, privacy.get("max_items_per_unit", default))
-    return privacy.get(key, default)
+    if key == "privacy_unit" and "privacy_unit_column" in privacy:
+        # the unit column (None: each row is a unit); privacy_unit alone cannot tell a column named 'row' from
+        # row level, so manifests without privacy_unit_column keep the old reading ('row': row level)
+        column = privacy["privacy_unit_column"]
+        return "row" if column is None else f"column:{column}"
+    legacy = privacy.get(key, default)
+    return legacy if key != "privacy_unit" or legacy == "row" else f"column:{legacy}"
 
 
 def _merged_threshold(parts: list[Release]) -> tuple[float | None, str]:

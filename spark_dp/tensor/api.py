@@ -65,6 +65,17 @@ log = logging.getLogger("spark_dp")
 OWNER = "tensor_decomposition"
 
 
+def pass_seed(session: DPSession) -> int:
+    """The secret seed of fresh mode's pass assignment: 62 bits of the session sampler's key (OS entropy).
+
+    Never drawn from ``rng`` (the random-start generator a caller may seed):
+    who knows the seed knows which rows share a pass. Only a seeded test
+    sampler, whose releases are marked not private, makes it reproducible.
+    Not released.
+    """
+    return session.sampler.key() & ((1 << 62) - 1)
+
+
 def load_tensor(path: str) -> np.ndarray:
     """Reads an explicit tensor from a ``.npy`` file (SchemaError if absent or unreadable)."""
     if not os.path.isfile(path):
@@ -252,7 +263,7 @@ def tensor_decomposition(
         ("bounds_share", bounds_share), ("norm_bound_share", norm_bound_share),
         ("norm_bound_quantile", norm_bound_quantile)))
     rng = rng if rng is not None else np.random.default_rng()  # random starting vectors (public), not privacy noise
-    explicit = not isinstance(data, DataFrame)
+    explicit = not P.is_dataframe(data)
     if explicit and mechanism in ROWS_ONLY:
         raise ConfigError(f"The 'mechanism' {mechanism!r} of {OWNER} needs rows (a DataFrame), not an explicit tensor.")
     if not explicit and mechanism in EXPLICIT_ONLY:
@@ -404,7 +415,7 @@ def _rows_plan(
                               scales=scales, auto=auto)
     if on.plan is not None:
         plan = on.plan(req)
-    source.passes, source.seed = passes, int(rng.integers(0, 2**62))
+    source.passes, source.seed = passes, pass_seed(session)
     prepare = source.prepare
 
     def moments_of(frame: DataFrame, norm_bound: float = norm_bound):
@@ -441,6 +452,7 @@ def _rows_plan(
         return dataclasses.replace(noised, manifest={**noised.manifest, **more})
 
     privacy = {**on.privacy(plan, req), "norm_bound": norm_bound, "privacy_unit": privacy_unit or "row",
+               "privacy_unit_column": privacy_unit,
                "max_rows_per_unit": max_rows_per_unit}
     return _private_plan(session, plan, release_id, request, extra, mechanism, prepare if auto is None else _nothing,
                          noise, privacy, neighbors, epsilon, delta, config_sha256, auto=auto, on=on, req=req)
@@ -601,7 +613,7 @@ def _whitened_plan(session, source, on, req, *, release_id, request, extra, mech
         raise ConfigError(f"The 'whiten' parameter of {OWNER} is not supported by mechanism {mechanism!r}.")
     private, norm_bound, mode = on.plan is not None, req.norm_bound, req.mode
     source.passes = req.k * passes_per_component(req.R, private) if mode == "fresh" else None
-    source.seed = int(rng.integers(0, 2**62))
+    source.seed = pass_seed(session)
     if private:
         plan = on.plan(req)
     prepare = source.prepare
@@ -645,6 +657,7 @@ def _whitened_plan(session, source, on, req, *, release_id, request, extra, mech
             source.release(frame)
 
     privacy = {**on.privacy(plan, req), "norm_bound": norm_bound, "privacy_unit": source.privacy_unit or "row",
+               "privacy_unit_column": source.privacy_unit,
                "max_rows_per_unit": req.max_rows_per_unit, "whiten": True}
     return _private_plan(session, plan, release_id, request, extra, mechanism, compute if auto is None else _nothing,
                          noise, privacy, req.neighbors, request["epsilon"], req.delta, config_sha256, auto=auto, on=on,

@@ -1,0 +1,292 @@
+"""Delta Lake, for real: spark-dp over Delta tables written and read by the delta-spark jars.
+
+Run by ``tests/test_warehouse.py`` in its own process (see ``conftest.py``).
+Covers: path and catalog-table reads with time travel (``versionAsOf``,
+``timestampAsOf``, SQL ``VERSION AS OF``) recording the version actually
+read in the manifest and the ledger charge; job configs with
+``format: delta`` / ``dataset.version`` / ``dataset.timestamp``; re-runs
+over a table that moved on (``input_changed``) and with an explicit version;
+``output.format: delta`` and ``ledger --export-format delta`` read back equal
+to their Parquet counterparts; a daily plan over a Delta table partitioned by
+day; a fresh ``spark-dp release`` process that gets the jars by itself; and
+the one clear error when they cannot be fetched, with nothing charged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from compare import same_rows
+
+from spark_dp import DPSession
+from spark_dp.cli.main import main as cli_main
+from spark_dp.errors import SchemaError
+from spark_dp.privacy import open_ledger
+from spark_dp.release import lineage as L
+
+KEY = bytes(range(32))  # a lineage key (a ledger holds one; these lineages are compared within one key)
+
+EPS, DELTA = 1.0, 1e-6
+ROWS = "x double, y double, ds string"
+
+
+def _rows(n: int, ds: str, shift: float = 0.0):
+    return [((i % 5) / 5 + shift, (i % 3) / 3, ds) for i in range(n)]
+
+
+@pytest.fixture
+def delta_path(spark, tmp_path):
+    """A Delta table by path with versions 0 (20 rows) and 1 (10 rows more)."""
+    path = str(tmp_path / "events")
+    spark.createDataFrame(_rows(20, "2026-11-29"), ROWS).write.format("delta").save(path)
+    spark.createDataFrame(_rows(10, "2026-11-30", 0.1), ROWS).write.format("delta").mode("append").save(path)
+    return path
+
+
+def _dp(tmp_path, name="ds"):
+    return DPSession(name, ledger=f"sqlite:///{tmp_path}/ledger.db", epsilon_limit=20.0, delta_limit=1e-4,
+                     output=str(tmp_path / "out"), sampler="numpy")
+
+
+def _delta_entry(lineage):
+    [entry] = [t for t in lineage["tables"] if t["provider"] == "delta"]
+    return entry
+
+
+def _cli(capsys, *args) -> dict:
+    assert cli_main(list(args)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _config(tmp_path, dataset: dict, *, release_id="job-1", output=None, name="job.yaml") -> str:
+    cfg = {"release_id": release_id, "task": "second_moment", "mechanism": "analyze_gauss",
+           "dataset": {"id": "events", "columns": ["x", "y"], **dataset},
+           "privacy": {"epsilon": EPS, "delta": DELTA, "norm_bound": 2.0, "sampler": "numpy"}, "params": {},
+           "ledger": {"uri": f"sqlite:///{tmp_path}/jobs.db", "epsilon_limit": 20.0, "delta_limit": 1e-4},
+           "output": output or {"path": str(tmp_path / "job-releases")}}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+# -- the version actually read --------------------------------------------------------------------------
+def test_a_time_travel_read_by_path_records_the_version_read_not_the_latest(spark, tmp_path, delta_path):
+    dp = _dp(tmp_path)
+    kw = dict(epsilon=EPS, delta=DELTA, norm_bound=2.0)
+    old = dp.second_moment(spark.read.format("delta").option("versionAsOf", 0).load(delta_path), ["x", "y"],
+                           release_id="v0", **kw)
+    latest = dp.second_moment(spark.read.format("delta").load(delta_path), ["x", "y"], release_id="v1", **kw)
+    assert old.manifest["input"] == {"kind": "table", "tables": [
+        {"name": None, "provider": "delta", "version": "0", "version_kind": "delta_version"}]}
+    assert _delta_entry(latest.manifest["input"])["version"] == "1"
+    assert dp.ledger.lookup("v0").lineage == old.manifest["input"]  # the charge records it too
+    assert delta_path not in json.dumps(old.manifest["input"])  # no paths
+    # timestampAsOf: the version current at that time (Delta's commit times), here version 0
+    [(t0,)] = spark.sql(f"DESCRIBE HISTORY delta.`{delta_path}`").filter("version = 0").select("timestamp").collect()
+    at = dp.second_moment(spark.read.format("delta").option("timestampAsOf", str(t0)).load(delta_path), ["x", "y"],
+                          release_id="t0", **kw)
+    assert _delta_entry(at.manifest["input"])["version"] == "0"
+    # the no-Spark re-run check computes the same lineage from the log
+    assert L.delta_path_lineage(delta_path, {"version": 0}) == old.manifest["input"]
+    assert L.delta_path_lineage(delta_path) == latest.manifest["input"]
+
+
+def test_a_catalog_table_records_the_version_read_with_every_time_travel_form(spark, tmp_path, delta_path):
+    name = "default.events_tt"
+    spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{delta_path}'")
+    try:
+        def version(df):
+            [entry] = L.input_lineage(df, KEY)["tables"]
+            assert entry["name"].endswith(name) and entry["provider"] == "delta"
+            return entry["version"]
+
+        assert version(spark.table(name)) == "1"
+        assert version(spark.read.option("versionAsOf", 0).table(name)) == "0"
+        assert version(spark.sql(f"SELECT * FROM {name} VERSION AS OF 0")) == "0"
+        assert version(spark.table(name).filter("ds = '2026-11-30'")) == "1"
+        # what the lineage did before: DESCRIBE HISTORY's latest version, wrong for a time-travel read
+        assert spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").collect()[0]["version"] == 1
+        lineage = L.input_lineage(spark.read.option("versionAsOf", 0).table(name), KEY)
+        assert L.DIGEST not in lineage  # every table versioned: the version says it all
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+def test_a_version_that_does_not_exist_is_refused_before_anything_is_charged(spark, tmp_path, delta_path, capsys):
+    from spark_dp.aggregates import read_dataset
+
+    with pytest.raises(SchemaError, match="has no version"):
+        read_dataset(spark, delta_path, "delta", {"versionAsOf": "7"})
+    cfg = _config(tmp_path, {"path": delta_path, "format": "delta", "version": 7})
+    assert cli_main(["release", cfg]) != 0
+    assert "has no version" in capsys.readouterr().err
+    assert not open_ledger(f"sqlite:///{tmp_path}/jobs.db").all_charges()
+
+
+# -- scheduled re-runs over a table that moved on ------------------------------------------------------
+def test_a_rerun_over_a_moved_table_is_flagged_and_an_explicit_version_returns_the_stored_release(
+        spark, tmp_path, delta_path, capsys):
+    latest = _config(tmp_path, {"path": delta_path, "format": "delta"}, release_id="daily", name="latest.yaml")
+    pinned = _config(tmp_path, {"path": delta_path, "format": "delta", "version": 1}, release_id="pinned",
+                     name="pinned.yaml")
+    first = _cli(capsys, "release", latest)
+    first_pinned = _cli(capsys, "release", pinned)
+    assert first["reused"] is False and first_pinned["reused"] is False
+    ledger = open_ledger(f"sqlite:///{tmp_path}/jobs.db")
+    assert _delta_entry(ledger.lookup("daily").lineage)["version"] == "1"
+    assert _cli(capsys, "release", latest)["input_changed"] is False  # answered from the ledger and the log
+
+    spark.createDataFrame(_rows(5, "2026-12-01", 0.2), ROWS).write.format("delta").mode("append").save(delta_path)
+    again = _cli(capsys, "release", latest)
+    assert again["reused"] is True and again["input_changed"] is True  # the table moved on: said so
+    stored = _cli(capsys, "release", pinned)
+    assert stored["reused"] is True and stored["input_changed"] is False  # version 1 is still version 1
+    assert len(ledger.all_charges()) == 2  # no new charge, no new noise
+    with open(os.path.join(first_pinned["path"], "manifest.json")) as fh:
+        assert _delta_entry(json.load(fh)["input"])["version"] == "1"
+
+
+def test_a_table_config_reads_the_version_and_the_timestamp_it_names(spark, tmp_path, delta_path, capsys):
+    name = "default.events_cfg"
+    spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{delta_path}'")
+    try:
+        got = _cli(capsys, "release", _config(tmp_path, {"table": name, "format": "delta", "version": 0},
+                                               release_id="tv0", name="tv0.yaml"))
+        ledger = open_ledger(f"sqlite:///{tmp_path}/jobs.db")
+        assert _delta_entry(ledger.lookup("tv0").lineage)["version"] == "0"
+        [(t1,)] = spark.sql(f"DESCRIBE HISTORY {name}").filter("version = 1").select("timestamp").collect()
+        when = t1.replace(tzinfo=UTC) if t1.tzinfo is None else t1  # the session runs in UTC
+        _cli(capsys, "release", _config(tmp_path, {"table": name, "format": "delta",
+                                                   "timestamp": when.strftime("%Y-%m-%d %H:%M:%S.%f")},
+                                        release_id="tt1", name="tt1.yaml"))
+        assert _delta_entry(ledger.lookup("tt1").lineage)["version"] == "1"
+        assert got["reused"] is False
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+# -- releases and the ledger as Delta tables -----------------------------------------------------------
+def test_output_delta_and_ledger_export_read_back_equal_to_parquet(spark, tmp_path, delta_path, capsys):
+    out_delta = {"path": str(tmp_path / "job-releases"), "table": "default.dp_releases_delta", "format": "delta"}
+    try:
+        cfg = _config(tmp_path, {"path": delta_path, "format": "delta", "version": 0}, release_id="pub",
+                      output=out_delta, name="d.yaml")
+        done = _cli(capsys, "release", cfg)
+        _cli(capsys, "release", cfg)  # a re-run publishes nothing twice
+        from spark_dp import load_release
+        from spark_dp.release.table import write_release_table
+
+        assert write_release_table(spark, load_release(done["path"]), "default.dp_releases_parquet", format="parquet")
+        detail = spark.sql("DESCRIBE DETAIL default.dp_releases_delta").collect()[0]
+        assert detail["format"] == "delta"
+        order = ["release_id", "array", "i", "j"]
+        d = spark.table("default.dp_releases_delta").toPandas().sort_values(order).reset_index(drop=True)
+        p = spark.table("default.dp_releases_parquet").toPandas().sort_values(order).reset_index(drop=True)
+        assert len(d) > 0 and set(d["release_id"]) == {"pub"} and d.equals(p)
+        np.testing.assert_array_equal(d["value"].to_numpy(), p["value"].to_numpy())
+
+        uri = f"sqlite:///{tmp_path}/jobs.db"
+        _cli(capsys, "ledger", "--uri", uri, "--export", str(tmp_path / "ledger.parquet"))
+        got = _cli(capsys, "ledger", "--uri", uri, "--export", "default.dp_ledger", "--export-format", "delta")
+        assert got["format"] == "delta" and got["charges"] == 1
+        assert spark.sql("DESCRIBE DETAIL default.dp_ledger").collect()[0]["format"] == "delta"
+        from_file = pq.read_table(tmp_path / "ledger.parquet")
+        assert same_rows(spark.table("default.dp_ledger"), from_file)
+    finally:
+        for t in ("dp_releases_delta", "dp_releases_parquet", "dp_ledger"):
+            spark.sql(f"DROP TABLE IF EXISTS default.{t}")
+
+
+# -- a daily plan over a Delta table partitioned by day -------------------------------------------------
+def test_a_daily_plan_over_a_delta_table_partitioned_by_day(spark, tmp_path, capsys):
+    root = str(tmp_path / "shop_events")
+    for day in ("2026-11-29", "2026-11-30"):
+        spark.createDataFrame(_rows(12, day), ROWS).write.format("delta").mode("append").partitionBy("ds").save(root)
+    spark.sql(f"CREATE TABLE default.shop_events USING delta LOCATION '{root}'")
+    plan = {
+        "plan": "shop", "ledger": {"uri": f"sqlite:///{tmp_path}/plan.db"}, "output": {"path": str(tmp_path / "rel")},
+        "entries": [{
+            "name": "cov", "schedule": "daily", "budget": {"epsilon": 1.0, "delta": 1e-5, "renew": "per_period"},
+            "inline": {
+                "dataset": {"id": "shop.events", "table": "default.shop_events", "format": "delta",
+                            "where": "ds = '${date}'", "columns": ["x", "y"]},
+                "task": "second_moment", "mechanism": "analyze_gauss",
+                "privacy": {"epsilon": 0.5, "delta": 1e-6, "norm_bound": 2.0, "sampler": "numpy"},
+                "ledger": {"uri": f"sqlite:///{tmp_path}/plan.db"},
+                "output": {"path": str(tmp_path / "rel"), "table": "default.shop_cov", "format": "delta"}}}]}
+    plan_path = tmp_path / "plan.yaml"
+    plan_path.write_text(yaml.safe_dump(plan))
+    try:
+        _cli(capsys, "plan", "run", str(plan_path), "--date", "2026-11-29")
+        spark.createDataFrame(_rows(12, "2026-11-30", 0.3), ROWS).write.format("delta").mode("append") \
+            .partitionBy("ds").save(root)  # version 2: the next day's rows arrive
+        _cli(capsys, "plan", "run", str(plan_path), "--date", "2026-11-30")
+        ledger = open_ledger(f"sqlite:///{tmp_path}/plan.db")
+        versions = {c.release_id: _delta_entry(c.lineage)["version"] for c in ledger.all_charges()}
+        assert versions == {"shop.cov.2026-11-29": "1", "shop.cov.2026-11-30": "2"}
+        assert {c.dataset_id for c in ledger.all_charges()} == {"shop.events@2026-11-29", "shop.events@2026-11-30"}
+        table = spark.table("default.shop_cov")
+        assert {r[0] for r in table.select("release_id").distinct().collect()} == set(versions)
+        assert spark.sql("DESCRIBE DETAIL default.shop_cov").collect()[0]["format"] == "delta"
+        _cli(capsys, "plan", "run", str(plan_path), "--date", "2026-11-29")  # re-run: stored, nothing new
+        assert len(ledger.all_charges()) == 2 and table.count() == spark.table("default.shop_cov").count()
+    finally:
+        for t in ("shop_events", "shop_cov"):
+            spark.sql(f"DROP TABLE IF EXISTS default.{t}")
+
+
+# -- a fresh process: spark-dp arranges the jars, or says what to install -----------------------------------
+def _fresh_env(workdir, **ivy) -> dict[str, str]:
+    from ivy import submit_args
+
+    env = dict(os.environ)
+    env["PYSPARK_SUBMIT_ARGS"] = submit_args(str(workdir), **ivy)
+    env["SPARK_DP_MASTER"] = "local[1]"
+    return env
+
+
+def _spark_dp(args, env, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "spark_dp.cli.main", *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_fresh_process_gets_the_delta_jars_by_itself_and_a_machine_without_them_gets_one_clear_error(
+        spark, tmp_path, delta_path):
+    cfg = _config(tmp_path, {"path": delta_path, "format": "delta", "version": 0}, release_id="fresh")
+    ok = _spark_dp(["release", cfg], _fresh_env(tmp_path / "ivy-ok"), tmp_path)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert "io.delta#delta-spark_2.12;3.3.3" in ok.stderr  # Spark resolved the coordinates spark-dp chose
+    assert json.loads(ok.stdout[ok.stdout.index("\n{") + 1:])["reused"] is False  # after Ivy's own stdout lines
+    ledger = open_ledger(f"sqlite:///{tmp_path}/jobs.db")
+    assert _delta_entry(ledger.lookup("fresh").lineage)["version"] == "0"
+
+    # Offline: an empty Ivy cache and a repository nobody answers (nothing listens on port 9).
+    offline = _config(tmp_path, {"path": delta_path, "format": "delta", "version": 0}, release_id="offline",
+                      name="offline.yaml")
+    t0 = time.monotonic()
+    bad = _spark_dp(["release", offline], _fresh_env(tmp_path / "ivy-offline", ivy=str(tmp_path / "empty-ivy"),
+                                                     maven="http://127.0.0.1:9/maven2/"), tmp_path)
+    assert bad.returncode != 0
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("spark-dp: error")]
+    assert len(errors) == 1, bad.stderr[-3000:]
+    assert "io.delta:delta-spark_2.12:3.3.3" in errors[0] and "nothing was charged" in errors[0]
+    assert ledger.lookup("offline") is None and len(ledger.all_charges()) == 1
+    assert time.monotonic() - t0 < 120
+
+
+def test_the_session_was_made_with_the_coordinates_for_this_spark_line(spark):
+    from spark_dp.runtime import TABLE_FORMAT_PACKAGES, spark_line
+
+    packages = spark.conf.get("spark.jars.packages").split(",")
+    assert TABLE_FORMAT_PACKAGES["delta"][spark_line(spark.version)] in packages
+    assert "io.delta.sql.DeltaSparkSessionExtension" in spark.conf.get("spark.sql.extensions")
+    assert spark.conf.get("spark.sql.catalog.spark_catalog") == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
