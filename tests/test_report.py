@@ -153,6 +153,10 @@ def test_coefficient_plot_has_one_panel_per_term(releases):
     fig = _coefficients(rel, [])
     titles = [ax.get_title() for ax in fig.axes if ax.axison]
     assert titles == ["x1", "x2", "intercept"]
-    for ax, v in zip(fig.axes, [*rel["coefficients"], rel["intercept"][0]], strict=False):
-        lo, hi = ax.get_ylim()
-        assert lo <= v <= hi and (hi - lo) < 100 * max(abs(v), 1e-12) + 1.0  # its own scale, not a shared one
+    low = [*rel.interval("coefficients")[0], rel.interval("intercept")[0][0]]
+    high = [*rel.interval("coefficients")[1], rel.interval("intercept")[1][0]]
+    for ax, v, a, b in zip(fig.axes, [*rel["coefficients"], rel["intercept"][0]], low, high, strict=False):
+        y0, y1 = ax.get_ylim()
+        span = max(b, v, 0.0) - min(a, v, 0.0)
+        assert y0 <= min(a, v) and max(b, v) <= y1  # the value and its interval are on its panel
+        assert y1 - y0 <= 1.2 * span  # scaled to them (and 0), not to another term's
