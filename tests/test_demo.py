@@ -34,7 +34,7 @@ def test_demo_prints_the_released_values_their_intervals_and_the_report_command(
     assert "95 % interval" in out and "What it means" in out and "noise-free" in out
     assert re.search(rf"^  \S*spark-dp report {re.escape(rel.path)} ", out, flags=re.M)
     assert out.startswith("example data written to data/") and "Released: demo-second-moment-001" in out
-    assert "ε 9" in out and "of 10 left" in out
+    assert "Budget of dataset 'demo.points'" in out and "left" in out
     # a second run shows the stored release again, charging nothing
     assert demo.main() == 0
     again = capsys.readouterr().out
