@@ -4,11 +4,14 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+# The test stamp installs the test, Spark Connect and plot extras (and PostgreSQL for the ledger tests);
+# the demo's installs only what the demo and the `spark-dp report` it suggests need (spark-dp, matplotlib).
 STAMP  := $(VENV)/.spark-dp-installed
+DEMO_STAMP := $(VENV)/.spark-dp-demo-installed
 
 .PHONY: demo test dist smoke smoke-all audit
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	@$(PY) -m spark_dp.cli.demo
 
 # ruff first (a few seconds): lint findings stop the run before any Spark test starts.
@@ -43,5 +46,9 @@ smoke-all: $(STAMP)
 	@SPARK_DP_MATRIX=full SPARK_DP_DIST="$(CURDIR)/dist" $(PY) -m pytest -m matrix
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
-	@bash scripts/bootstrap.sh "$(PYTHON)" "$(VENV)"
+	@bash scripts/bootstrap.sh "$(PYTHON)" "$(VENV)" test,connect,plots
 	@touch $(STAMP)
+
+$(DEMO_STAMP): pyproject.toml scripts/bootstrap.sh
+	@bash scripts/bootstrap.sh "$(PYTHON)" "$(VENV)" plots
+	@touch $(DEMO_STAMP)

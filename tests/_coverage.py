@@ -15,7 +15,7 @@ import numpy as np
 from spark_dp.second_moment._scaling import Scaling
 from spark_dp.second_moment.mechanisms import plan_mechanism
 from spark_dp.second_moment.pca import principal_components
-from spark_dp.second_moment.uncertainty import matrix_uncertainty, pca_uncertainty
+from spark_dp.second_moment.uncertainty import matrix_offset, matrix_uncertainty, pca_uncertainty
 from tests._samplers import FakeChokepoint
 
 
@@ -73,7 +73,10 @@ def second_moment_coverage(mechanism: str, *, d: int, n: int, epsilon: float, de
         u = matrix_uncertainty(plan.mechanism, plan.privacy, plan.params, released, norm_bound, level,
                                transform=transform)
         kind = u.kind
-        inside = (u.low <= truth) & (truth <= u.high)
+        # the intervals cover A^T A + o I (the ridge the release keeps, matrix_offset), mapped like the release
+        o = matrix_offset(plan.mechanism, plan.privacy, plan.params, size, norm_bound)
+        target = truth + o * (np.eye(size) if transform is None else transform @ transform.T)
+        inside = (u.low <= target) & (target <= u.high)
         hits += int(inside[iu].sum())
         entries += len(iu[0])
         vals, vecs = principal_components(released if t_data is None else t_data @ released @ t_data.T, 2)

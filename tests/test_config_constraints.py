@@ -45,7 +45,7 @@ COMMON = {  # (section, key): invalid value — keys every task has
     ("release_id", None): "../evil", ("output", "confidence"): 1.0,
 }
 BAD = {  # task-specific key: invalid value
-    "k": 0, "calibration": "classic", "dof": 0, "postprocess": "round", "prior_dof": 0, "projection": "fft",
+    "k": 0, "calibration": "classic", "dof": 0, "postprocess": "round", "standardize": "zscore", "prior_dof": 0, "projection": "fft",
     "projection_rows": 0, "public_n": 0, "row_ids": "random", "ridge": -1.0, "iterations": 0, "mode": "stream",
     "restarts": 0, "rows_per_round": 0, "whiten": "yes", "worker_cache_bytes": -1, "buckets": 0, "domain": [],
     "heavy_hitters": {"top": 0}, "repetitions": 0, "nulls": "keep", "unit_clipping": "l3", "unit_l2_bound": 0.0,

@@ -22,7 +22,7 @@ CONFIGS = sorted(glob.glob(os.path.join(ROOT, "conf", "*.yaml")))
 
 def test_example_data_covers_the_configs(tmp_path):
     written = write_example_data(str(tmp_path / "data"))
-    assert len(written) == 6
+    assert len(written) == 7
     assert write_example_data(str(tmp_path / "data")) == []  # idempotent
 
 

@@ -44,7 +44,7 @@ def _listing(root):
 def test_release_dry_run_prints_the_plan_writes_nothing_and_matches_the_release(spark, tmp_path, capsys):
     path = write_config(tmp_path, _config(tmp_path))
     before = _listing(tmp_path)
-    assert cli_main(["release", "--dry-run", "--n", "60", path]) == 0
+    assert cli_main(["release", "--dry-run", "--json", "--n", "60", path]) == 0
     preview = json.loads(capsys.readouterr().out)
     assert _listing(tmp_path) == before  # no ledger file, no release directory
     assert preview["dry_run"] is True and not preview["would_refuse"] and not preview["stored"]
@@ -64,14 +64,14 @@ def test_release_dry_run_prints_the_plan_writes_nothing_and_matches_the_release(
     # again: the release id is known, so the release would return the stored one for nothing
     ledger = open_ledger(f"sqlite:///{tmp_path}/ledger.db")
     charges = ledger.all_charges()
-    assert cli_main(["release", "--dry-run", path]) == 0
+    assert cli_main(["release", "--dry-run", "--json", path]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["stored"] and again["cost"]["epsilon"] == 0.0 and ledger.all_charges() == charges
 
 
 def test_release_dry_run_reports_a_refusal_with_exit_0(spark, tmp_path, capsys):
     path = write_config(tmp_path, _config(tmp_path, **{"privacy.epsilon": 5.0}))
-    assert cli_main(["release", "--dry-run", path]) == 0
+    assert cli_main(["release", "--dry-run", "--json", path]) == 0
     out, err = capsys.readouterr()
     preview = json.loads(out)
     assert preview["would_refuse"] and "would be exceeded" in preview["reason"] and "would be refused" in err
@@ -125,7 +125,7 @@ def test_a_csv_dry_run_with_dataset_schema_runs_no_spark_job(spark, tmp_path, ca
     for case, cfg in (("schema", _csv_config(tmp_path, schema=schema)), ("inferred", _csv_config(tmp_path))):
         sc.setJobGroup(f"csv-{case}", case)
         try:
-            assert cli_main(["release", "--dry-run", write_config(tmp_path, cfg)]) == 0
+            assert cli_main(["release", "--dry-run", "--json", write_config(tmp_path, cfg)]) == 0
         finally:
             sc.setLocalProperty("spark.jobGroup.id", None)
         seen[case] = (json.loads(capsys.readouterr().out), list(sc.statusTracker().getJobIdsForGroup(f"csv-{case}")))
@@ -153,3 +153,36 @@ def test_a_bad_dataset_schema_is_refused_naming_it_and_nothing_is_charged(spark,
                         ({"schema": 5}, "dataset.schema")):
         with pytest.raises(ConfigError, match=words):
             load_config(write_config(tmp_path, _csv_config(tmp_path, **over)))
+
+
+def test_release_dry_run_text_leads_with_the_coefficients_and_folds_the_matrices(spark, tmp_path, capsys):
+    """Without --json: cost, then one line per coefficient with the best case and the realistic range the
+    preview states (5-25x, up to 340x for collinear columns); matrices only with --verbose."""
+    from spark_dp.release.preview import COLLINEAR_FACTOR, LIKELY_FACTORS
+
+    cfg = _config(tmp_path)
+    cfg["dataset"]["bounds"] = {"x1": [-1.0, 1.0], "x2": [-2.0, 2.0], "y": [-3.0, 3.0]}
+    cfg["privacy"].pop("norm_bound", None)
+    cfg["params"] = {**cfg.get("params", {}), "fit_intercept": True}
+    path = write_config(tmp_path, cfg)
+    assert cli_main(["release", "--dry-run", "--json", "--n", "5000", path]) == 0
+    preview = json.loads(capsys.readouterr().out)
+    row = preview["accuracy"]["coefficients"]["per_coefficient"][0]
+    assert row["n"] == 5000
+    for term, hw in row["half_width"].items():
+        assert row["half_width_likely_low"][term] == pytest.approx(LIKELY_FACTORS[0] * hw)
+        assert row["half_width_likely_high"][term] == pytest.approx(LIKELY_FACTORS[1] * hw)
+        assert row["half_width_collinear"][term] == pytest.approx(COLLINEAR_FACTOR * hw)
+    assert cli_main(["release", "--dry-run", "--n", "5000", path]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0].startswith("Dry run: linear_regression") and lines[1] == "Cost: ε 1, δ 1e-06."
+    head = lines.index(next(ln for ln in lines if ln.startswith("Predicted 95 % half-width of each coefficient")))
+    terms = [ln.split()[0] for ln in lines[head + 2: head + 2 + len(row["half_width"])]]
+    assert terms == list(row["half_width"]) == ["x1", "x2", "intercept"]
+    assert "cannot know without reading data" in text and "[[" not in text and "matrix" not in text.split("(--")[0]
+    assert cli_main(["release", "--dry-run", "--verbose", "--n", "5000", path]) == 0
+    verbose = capsys.readouterr().out
+    assert "half_width_matrix:" in verbose and len(verbose.splitlines()) > len(lines) + 8
+    assert not (tmp_path / "releases").exists() and not (tmp_path / "ledger.db").exists()  # nothing written
+    assert cli_main(["release", "--json", path]) == 2  # --json belongs to --dry-run

@@ -30,6 +30,11 @@ def releases(spark, tmp_path_factory):
         "linear_regression": dp.linear_regression(df, cols, "y", epsilon=5.0, delta=1e-6, norm_bound=1.0,
                                                   fit_intercept=False),  # the first-order sd is for this form
         "pca": dp.pca(df, cols, 2, epsilon=1.0, delta=1e-6, norm_bound=1.0),
+        # columns in their own units (bounds), an intercept, Sheffet's shift: what the worked example does
+        "regression_bounded": dp.linear_regression(
+            df, cols[:2], "y", epsilon=1.0, delta=1e-6, postprocess="shift",
+            bounds={"x1": (-2.0, 2.0), "x2": (-200.0, 200.0), "y": (-1.0, 1.0)}),
+        "second_moment_3": dp.second_moment(df, cols[:3], epsilon=1.0, delta=1e-6, norm_bound=1.0),
     }
     v = np.linalg.qr(rng.normal(size=(5, 2)))[0].T
     T = sum(w * np.einsum("i,j,k->ijk", a, a, a) for w, a in zip([3.0, 2.0], v, strict=True))
@@ -76,6 +81,7 @@ def test_report_of_each_family(releases, tmp_path, capsys, task, plots):
         assert "merged_from" in text
     if task == "linear_regression":  # one row per feature, named, in columns order
         coef = text[text.index("### coefficients"):]
+        coef = coef[:coef.index("###", 4)]
         assert [ln.split("|")[1].strip() for ln in coef.splitlines() if ln.startswith("| x")] == rel.manifest["columns"]
 
 
@@ -111,3 +117,46 @@ def test_report_of_a_non_release_is_a_clean_error(tmp_path, capsys):
     assert "not a spark-dp release directory" in capsys.readouterr().err
     with pytest.raises(SchemaError):
         write_report(str(tmp_path))
+
+
+def test_entries_are_named_and_matrices_shown_whole(releases, tmp_path):
+    """Matrix entries by column names (the intercept's constant and the label included), a symmetric matrix as
+    its whole upper triangle (no "… (1 more)" for a 3×3), each privacy fact once, the ridge the shift keeps."""
+    rel = releases["regression_bounded"]
+    text = open(write_report(rel, out=str(tmp_path / "reg.md")).path).read()
+    matrix = text[text.index("### matrix"):]
+    rows = [ln.split("|")[1].strip() for ln in matrix.splitlines() if ln.startswith("| ") and "×" in ln]
+    names = ["x1", "x2", "1 (intercept)", "y"]
+    assert rows == [f"{a} × {b}" for i, a in enumerate(names) for b in names[i:]]
+    assert "more)" not in matrix and "(0, 3)" not in text
+    assert "Interval of: A^T A +" in matrix  # what the interval is of, the shift's ridge included
+    low, high = rel.interval("matrix")
+    assert np.all((low <= rel["matrix"]) & (rel["matrix"] <= high))  # the released value inside its interval
+    privacy = text[text.index("## Privacy spent"):text.index("## Payload")]
+    keys = [ln.split("|")[1].strip() for ln in privacy.splitlines() if ln.startswith("| ") and "---" not in ln]
+    assert len(keys) == len(set(keys)) and "noise" not in keys and "noise_family" in keys and "mechanism" not in keys
+    ridge = rel.manifest["solution"]["ridge_in_release"]
+    assert ridge["ridge"] == pytest.approx(2 * rel.privacy["noise_scale"] * np.sqrt(4))  # c = 2σ√d, d = 4
+    assert "## Ridge in the release" in text and "| intercept |" in text
+    np.testing.assert_allclose(np.asarray(ridge["coefficients_shrinkage"]) * ridge["coefficients_without_ridge"],
+                               rel["coefficients"])
+    sm = releases["second_moment_3"]
+    text = open(write_report(sm, out=str(tmp_path / "sm.md")).path).read()
+    assert "more)" not in text and "| x1 × x3 |" in text and "| x3 × x3 |" in text
+
+
+def test_coefficient_plot_has_one_panel_per_term(releases):
+    """Mixed scales (x2 in units 100× x1's): every coefficient and the intercept on its own axis."""
+    from spark_dp.report.report import _coefficients
+
+    rel = releases["regression_bounded"]
+    fig = _coefficients(rel, [])
+    titles = [ax.get_title() for ax in fig.axes if ax.axison]
+    assert titles == ["x1", "x2", "intercept"]
+    low = [*rel.interval("coefficients")[0], rel.interval("intercept")[0][0]]
+    high = [*rel.interval("coefficients")[1], rel.interval("intercept")[1][0]]
+    for ax, v, a, b in zip(fig.axes, [*rel["coefficients"], rel["intercept"][0]], low, high, strict=False):
+        y0, y1 = ax.get_ylim()
+        span = max(b, v, 0.0) - min(a, v, 0.0)
+        assert y0 <= min(a, v) and max(b, v) <= y1  # the value and its interval are on its panel
+        assert y1 - y0 <= 1.2 * span  # scaled to them (and 0), not to another term's

@@ -265,7 +265,7 @@ def test_config_bounds_auto_dry_run_and_release(spark, tmp_path, capsys):
                                                       "bounds_share": 0.2}})
     planned = [event_to_dict(e) for e in tasks()["tensor_decomposition"].plan(JobConfig.from_dict(cfg))]
     conf = write_config(tmp_path, cfg)
-    assert cli_main(["release", "--dry-run", conf]) == 0
+    assert cli_main(["release", "--dry-run", "--json", conf]) == 0
     preview = json.loads(capsys.readouterr().out)
     assert charges(tmp_path) == 0 and written(tmp_path) == []
     assert preview["events"] == planned and planned[0]["mechanism"] == "exponential_quantile_bounds"

@@ -184,7 +184,7 @@ def test_config_dataset_bounds_runs_through_the_job(spark, tmp_path, capsys):
     override(cfg, {"dataset.columns": COLS, "dataset.bounds": BOUNDS, "privacy.norm_bound": DELETE,
                    "privacy.epsilon": 5.0, "params": {"k": 1, "restarts": 3, "iterations": 3, "mode": "reuse"}})
     conf = write_config(tmp_path, cfg)
-    assert cli_main(["release", "--dry-run", conf]) == 0
+    assert cli_main(["release", "--dry-run", "--json", conf]) == 0
     preview = json.loads(capsys.readouterr().out)
     assert charges(tmp_path) == 0 and written(tmp_path) == []
     assert cli_main(["release", conf]) == 0

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from spark_dp.second_moment.mechanisms import plan_mechanism
-from spark_dp.second_moment.uncertainty import matrix_uncertainty
+from spark_dp.second_moment.uncertainty import matrix_offset, matrix_uncertainty
 from tests._coverage import (
     adassp_coverage,
     clipped_rows,
@@ -275,3 +275,36 @@ def test_regression_intervals_after_the_shift_cover_with_an_intercept():
     cov = regression_coverage("analyze_gauss", n=2_000, reps=150, seed=5, draws=500, postprocess="shift")
     for name in ("coefficients", "intercept"):
         assert LOW - 0.01 <= cov[name] <= HIGH + 0.01, (name, cov)
+
+
+@pytest.mark.parametrize("mechanism", ["analyze_gauss", "wishart", "jl_ridge", "inverse_wishart"])
+@pytest.mark.parametrize("postprocess", ["none", "shift", "psd"])
+@pytest.mark.parametrize("bounded", [False, True])
+def test_no_released_matrix_entry_lies_outside_its_own_interval(mechanism, postprocess, bounded):
+    """The interval is of what the value estimates (A^T A + o I, manifest ``target``): it holds the value itself.
+
+    Before, ``shift`` (Analyze Gauss + 2σ√d·I), a Wishart release's mean k·B² and the JL / inverse-Wishart
+    ridge w² were in the value and not in its interval, which lay wholly to one side of the diagonal.
+    """
+    from tests._coverage import bounded_rows
+
+    d = 3
+    if bounded:
+        x, scaling = bounded_rows(300, d, seed=4)
+        t, size, b = scaling.transform(), d + 1, float(np.sqrt(d + 1))
+    else:
+        x, t, size, b = clipped_rows(300, d), None, d, 1.0
+    plan = plan_mechanism(mechanism, d=size, epsilon=1.0, delta=1e-6, norm_bound=b, postprocess=postprocess,
+                          **({"dof": 60} if mechanism == "inverse_wishart" else {}))
+    for r in range(5):
+        released = plan.noise(x.T @ x, FakeChokepoint.seeded(r))
+        u = matrix_uncertainty(plan.mechanism, plan.privacy, plan.params, released, b, 0.95, transform=t)
+        value = released if t is None else t @ released @ t.T
+        assert np.all((u.low <= value + 1e-9 * np.abs(value)) & (value - 1e-9 * np.abs(value) <= u.high)), (
+            mechanism, postprocess, bounded, value, u.low, u.high)
+        offset = matrix_offset(plan.mechanism, plan.privacy, plan.params, size, b)
+        if postprocess == "psd" or (postprocess == "shift" and mechanism != "analyze_gauss"):
+            assert offset == 0.0 and u.target is None
+        else:
+            assert (offset > 0) == (u.target is not None) and (mechanism != "analyze_gauss" or postprocess == "shift"
+                                                               or offset == 0)

@@ -62,12 +62,17 @@ def _cmd_release(args: argparse.Namespace) -> int:
         from spark_dp.cli.job import preview_job
 
         preview = preview_job(config, n=args.n)  # nothing read but the schema, nothing charged or written
-        print(json.dumps(preview.to_dict(), indent=2))
+        if args.json:
+            print(json.dumps(preview.to_dict(), indent=2))
+        else:
+            from spark_dp.cli.preview_text import render_preview
+
+            print(render_preview(preview.to_dict(), n=args.n, verbose=args.show_all))
         if preview.would_refuse:
             print(f"spark-dp: dry run: the release would be refused: {preview.reason}", file=sys.stderr)
         return 0
-    if args.n is not None:
-        raise SparkDPError("--n applies to --dry-run only.")
+    if args.n is not None or args.json or args.show_all:
+        raise SparkDPError("--n, --json and --verbose (after 'release') apply to --dry-run only.")
     release = run_job(config)  # the job path, then output.table if set
     status = open_ledger(config.ledger.uri).status(config.dataset.id)
     summary = {
@@ -446,10 +451,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("release", help="run a release job from a YAML config")
     p.add_argument("config", help="path to the job's YAML config")
     p.add_argument("--dry-run", action="store_true",
-                   help="print what the release would cost and how accurate it would be (JSON), reading only the "
-                        "input's schema; nothing is charged or written")
+                   help="print what the release would cost and how accurate it would be (a short summary; --json "
+                        "for everything), reading only the input's schema; nothing is charged or written")
     p.add_argument("--n", type=int, default=None,
                    help="with --dry-run: your guess of the number of rows, for the accuracy prediction")
+    p.add_argument("--json", action="store_true", help="with --dry-run: print the whole preview as JSON")
+    p.add_argument("--verbose", dest="show_all", action="store_true",
+                   help="with --dry-run: also show the predicted matrices and every detail")
     p.set_defaults(func=_cmd_release)
     p = sub.add_parser("ledger", help="show what a dataset has spent and has left")
     p.add_argument("--uri", required=True, help="ledger URI, e.g. sqlite:///releases/ledger.db")

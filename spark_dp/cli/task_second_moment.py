@@ -145,6 +145,10 @@ def _check(config) -> None:
         if "k" not in config.params:
             raise ConfigError("Missing required key 'params.k' in the config (task pca).")
         V.check_int("params.k", config.params["k"], owner=OWNER, low=1, high=_dimension(config))
+        if config.params.get("standardize", "none") == "bounds" and not isinstance(
+                config.dataset.extra.get("bounds"), dict):
+            raise ConfigError("The 'params.standardize' parameter of the config is 'bounds', which needs public "
+                              "'dataset.bounds' for every column.")
     bounds = config.dataset.extra.get("bounds")
     if bounds is not None and bounds != "auto":
         names = list(config.dataset.columns) + [config.dataset.extra.get("label")]
@@ -204,7 +208,8 @@ def _run_pca(session, config, spark):
     from spark_dp.second_moment.api import pca
 
     return pca(session, _read(config, spark), list(config.dataset.columns), config.params["k"],
-               dimension=config.dataset.dimension, **_common_kwargs(config))
+               dimension=config.dataset.dimension, standardize=config.params.get("standardize", "none"),
+               **_common_kwargs(config))
 
 
 SPEC = register(TaskSpec(
@@ -234,7 +239,7 @@ REGRESSION_SPEC = register(TaskSpec(
 PCA_SPEC = register(TaskSpec(
     name="pca",
     mechanisms=PCA_MECHANISMS,
-    params={**_COMMON_PARAMS, "k": P.validator("k", OWNER)},
+    params={**_COMMON_PARAMS, "k": P.validator("k", OWNER), "standardize": SM_PARAMS.validator("standardize", OWNER)},
     plan=_plan,
     run=_run_pca,
     dataset_keys={"bounds": P.validator("bounds", OWNER)},

@@ -68,7 +68,8 @@ def _stored(plan: Plan, entry: PlanEntry, d: date) -> Release | None:
     from spark_dp.cli.job import session_for
 
     config = plan.job_config(entry, d, check_paths=False)
-    charge = session_for(config).ledger.lookup(config.release_id)
+    session = session_for(config)  # held: under a dry run its scratch ledger directory lives as long as it does
+    charge = session.ledger.lookup(config.release_id)
     if charge is None or charge.location is None or not release_exists(charge.location):
         return None
     return load_release(charge.location)

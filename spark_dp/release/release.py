@@ -386,6 +386,6 @@ def load_release(path: str) -> Release:
                 _column_to_array(table, "stderr", arrays[name].shape))
             d = described[name]
             uncertainty[name] = Uncertainty(low, high, se, d["method"], kind=d.get("kind", "interval"),
-                                            covers=d.get("covers", "noise"))
+                                            covers=d.get("covers", "noise"), target=d.get("target"))
     return Release(release_id=manifest["release_id"], arrays=arrays, manifest=manifest, path=path,
                    uncertainty=uncertainty)

@@ -50,6 +50,9 @@ class Uncertainty:
         method: one sentence, how it was derived (recorded in the manifest).
         kind: ``interval``, ``bound`` or ``none`` (refused: NaN, the reason in ``method``).
         covers: ``noise`` or ``noise+sampling``.
+        target: what the interval is of when that is not the noise-free
+            summary itself (e.g. a matrix that keeps a ridge ``A^T A + c I``);
+            None otherwise. Recorded in the manifest when set.
     """
 
     low: np.ndarray
@@ -58,6 +61,7 @@ class Uncertainty:
     method: str
     kind: str = "interval"
     covers: str = "noise"
+    target: str | None = None
 
     def __post_init__(self) -> None:
         low = np.asarray(self.low, dtype=np.float64)
@@ -81,8 +85,9 @@ class Uncertainty:
         return self.low.shape
 
     def describe(self) -> dict[str, str]:
-        """The manifest entry of this array: ``method``, ``kind``, ``covers``."""
-        return {"method": self.method, "kind": self.kind, "covers": self.covers}
+        """The manifest entry of this array: ``method``, ``kind``, ``covers`` (and ``target`` when set)."""
+        out = {"method": self.method, "kind": self.kind, "covers": self.covers}
+        return out if self.target is None else {**out, "target": self.target}
 
 
 def check_level(level: float) -> float:

@@ -138,28 +138,64 @@ def _errorbars(release: Release, name: str) -> np.ndarray | None:
     return np.vstack([np.maximum(v - low, 0.0), np.maximum(high - v, 0.0)])
 
 
-def _coefficients(release: Release, ax, sections: list[str]) -> None:
-    beta = np.asarray(release["coefficients"])
-    names = release.manifest.get("columns") or [f"x{i}" for i in range(beta.size)]
-    released = _errorbars(release, "coefficients")
-    if released is not None:
-        ax.bar(range(beta.size), beta, yerr=released, capsize=4, color="C0")
-        ax.set_xticks(range(beta.size), names, rotation=45, ha="right")
+def _coefficient_terms(release: Release) -> list[tuple[str, str, int]]:
+    """(label, array, index) of every regression term: the coefficients by feature name, then the intercept."""
+    beta = np.asarray(release["coefficients"]).reshape(-1)
+    names = _feature_names(release, beta.size)
+    terms = [(n, "coefficients", i) for i, n in enumerate(names)]
+    if "intercept" in release.arrays:
+        terms.append(("intercept", "intercept", 0))
+    return terms
+
+
+def _coefficients(release: Release, sections: list[str]):
+    """One panel per term (coefficients and intercept), each on its own scale, with its interval or ±2 sd.
+
+    Columns in different units give coefficients of very different sizes; on one shared axis most would be
+    invisible, so every term gets its own y axis (and a line at 0).
+    """
+    plt = _plt()
+    terms = _coefficient_terms(release)
+    intervals = {a: release.interval(a) if a in release.uncertainty and release.uncertainty[a].kind != "none"
+                 else None for a in ("coefficients", "intercept") if a in release.arrays}
+    sd = None if intervals.get("coefficients") is not None else _coefficient_sd(release)
+    cols = min(4, len(terms))
+    rows = -(-len(terms) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.4 * rows), squeeze=False)
+    for ax, (label, array, i) in zip(axes.reshape(-1), terms):
+        v = float(np.asarray(release[array]).reshape(-1)[i])
+        if intervals.get(array) is not None:
+            lo, hi = (float(np.asarray(x).reshape(-1)[i]) for x in intervals[array])
+            ax.plot([0, 0], [lo, hi], color="C0", lw=6, alpha=0.35, solid_capstyle="butt")
+        elif array == "coefficients" and sd is not None:
+            lo, hi = v - 2 * sd[i], v + 2 * sd[i]
+            ax.plot([0, 0], [lo, hi], color="C0", lw=6, alpha=0.35, solid_capstyle="butt")
+        ax.plot([0], [v], "o", color="C0")
         ax.axhline(0, color="k", lw=0.5)
-        ax.set_title(f"Coefficients with their released {_level(release)} intervals")
-        sections.append("Coefficients: see the Uncertainty section for their intervals.")
-        return
-    sd = _coefficient_sd(release)
-    ax.bar(range(beta.size), beta, yerr=None if sd is None else 2 * sd, capsize=4, color="C0")
-    ax.set_xticks(range(beta.size), names, rotation=45, ha="right")
-    ax.axhline(0, color="k", lw=0.5)
-    ax.set_title("Coefficients" + (" ± 2 sd of the noise (first order)" if sd is not None else ""))
-    rows = ["| coefficient | estimate | noise sd |", "|---|---|---|"]
-    for i, n in enumerate(names):
-        rows.append(f"| {n} | {beta[i]:.5g} | {'' if sd is None else f'{sd[i]:.3g}'} |")
-    if sd is None:
-        rows.append("\n(No noise scale: the mechanism is not additive Gaussian noise on XᵀX and Xᵀy.)")
-    sections.append("\n".join(rows))
+        ax.set_xticks([])
+        ax.set_xlim(-1, 1)
+        ax.set_title(label, fontsize=10)
+    for ax in axes.reshape(-1)[len(terms):]:
+        ax.axis("off")
+    what = (f"bar: its released {_level(release)} interval" if intervals.get("coefficients") is not None
+            else "bar: ± 2 sd of the noise (first order)" if sd is not None else "no error bar in this release")
+    fig.suptitle(f"Coefficients, one panel (own scale) each; {what}", fontsize=10)
+    rows_md = ["| term | estimate | low | high |", "|---|---|---|---|"]
+    for label, array, i in terms:
+        v = float(np.asarray(release[array]).reshape(-1)[i])
+        if intervals.get(array) is not None:
+            lo, hi = (_fmt(float(np.asarray(x).reshape(-1)[i])) for x in intervals[array])
+        elif array == "coefficients" and sd is not None:
+            lo, hi = _fmt(v - 2 * sd[i]), _fmt(v + 2 * sd[i])
+        else:
+            lo = hi = ""
+        rows_md.append(f"| {label} | {_fmt(v)} | {lo} | {hi} |")
+    if sd is not None:
+        rows_md.append("\n(low, high: ± 2 sd of the noise, first order; this release has no intervals.)")
+    elif intervals.get("coefficients") is None:
+        rows_md.append("\n(No noise scale: the mechanism is not additive Gaussian noise on XᵀX and Xᵀy.)")
+    sections.append("\n".join(rows_md))
+    return fig
 
 
 def _components(release: Release, ax, sections: list[str], title: str) -> None:
@@ -248,9 +284,7 @@ def _plots(release: Release, stem: str) -> tuple[list[str], list[str]]:
         _components(release, ax, sections, "Principal components (rows)")
         save(fig, "components")
     if task == "linear_regression":
-        fig, ax = plt.subplots(figsize=(6, 4))
-        _coefficients(release, ax, sections)
-        save(fig, "coefficients")
+        save(_coefficients(release, sections), "coefficients")
     if task == "tensor_decomposition":
         fig, axes = plt.subplots(1, 2, figsize=(11, 3.5), gridspec_kw={"width_ratios": [1, 2]})
         vals = np.asarray(release["eigenvalues"]).reshape(-1)
@@ -273,8 +307,17 @@ def _level(release: Release) -> str:
     return "" if level is None else f"{100 * level:g} %"
 
 
-def uncertainty_section(release: Release, *, entries: int = 8) -> list[str]:
-    """Markdown lines: the release's error bars (level, method per array, the first ``entries`` entries)."""
+#: Entries shown per array in the Uncertainty section (a symmetric matrix: its upper triangle, d ≤ 9 in full).
+ENTRIES = 45
+
+
+def uncertainty_section(release: Release, *, entries: int = ENTRIES) -> list[str]:
+    """Markdown lines: the release's error bars (level, method per array, its entries by name).
+
+    Entries are labelled by what they are (a coefficient's feature, ``x1 × y`` for a matrix entry, with the
+    intercept's constant column and the label named); a symmetric matrix shows its upper triangle (the mirror
+    entries are equal). Up to ``entries`` per array, then how many more and their median half-width.
+    """
     if not release.uncertainty:
         return ["", "## Uncertainty", "", "This release carries no error bars (made before them, or by a "
                 "mechanism without a stated method)."]
@@ -286,14 +329,23 @@ def uncertainty_section(release: Release, *, entries: int = 8) -> list[str]:
         if u.kind == "none":
             lines += [f"### {name} (no interval)", "", f"Refused: {u.method}", ""]
             continue
-        lines += [f"### {name} ({u.kind}, covers {u.covers})", "", u.method, "",
-                  "| entry | value | low | high | stderr |", "|---|---|---|---|---|"]
+        lines += [f"### {name} ({u.kind}, covers {u.covers})", "", u.method, ""]
+        if u.target:
+            lines += [f"Interval of: {u.target}.", ""]
         idx = list(np.ndindex(v.shape))
-        names = _entry_names(release, name, v.shape)
+        symmetric = v.ndim == 2 and v.shape[0] == v.shape[1] and v.shape[0] > 1 and np.allclose(v, v.T)
+        if symmetric:
+            idx = [ix for ix in idx if ix[0] <= ix[1]]
+        label = _entry_labels(release, name, v.shape)
+        outside = int(np.sum((v < u.low) | (v > u.high)))
+        if outside:
+            lines += [f"{outside} of {v.size} value(s) lie outside their own {u.kind}: it is centred on another "
+                      "estimate than the released value (the method above says which).", ""]
+        lines += [f"| entry{' (upper triangle)' if symmetric else ''} | value | low | high | stderr |",
+                  "|---|---|---|---|---|"]
         for ix in idx[:entries]:
             se = "" if u.stderr is None else _fmt(float(u.stderr[ix]))
-            label = names[ix[0]] if names else (ix if len(ix) != 1 else ix[0])
-            lines.append(f"| {label} | {_fmt(float(v[ix]))} | {_fmt(float(u.low[ix]))} | "
+            lines.append(f"| {label(ix)} | {_fmt(float(v[ix]))} | {_fmt(float(u.low[ix]))} | "
                          f"{_fmt(float(u.high[ix]))} | {se} |")
         if len(idx) > entries:
             half = np.median((u.high - u.low).reshape(-1)) / 2.0
@@ -301,9 +353,16 @@ def uncertainty_section(release: Release, *, entries: int = 8) -> list[str]:
         lines.append("")
     accuracy = release.manifest.get("accuracy")
     if accuracy:
+        if accuracy.get("uninformative"):
+            lines += ["**Bounds that carry no information** (noise larger than the signal they bound: more rows, a "
+                      "larger ε, or bounds closer to the data narrow them):", ""]
+            lines += [f"* {u}" for u in accuracy["uninformative"]] + [""]
         lines += ["### Further bounds", "", "| | |", "|---|---|"]
-        lines += [f"| {k} | {_fmt(x)} |" for k, x in accuracy.items()]
+        lines += [f"| {k} | {_fmt(x)} |" for k, x in accuracy.items() if k != "uninformative"]
         lines.append("")
+    if (std := release.manifest.get("standardize")):
+        lines += [f"Eigenvalues and eigenvectors are standardised (`standardize: {std['how']}`): {std['coordinates']}.",
+                  ""]
     hh = release.manifest.get("heavy_hitters") or {}
     if "false_positive_rate" in hh:
         lines += [f"Heavy-hitter threshold {_fmt(float(hh['threshold']))}: false-positive rate "
@@ -311,12 +370,67 @@ def uncertainty_section(release: Release, *, entries: int = 8) -> list[str]:
     return lines
 
 
-def _entry_names(release: Release, name: str, shape: tuple) -> list[str] | None:
-    """Row labels of a regression's ``coefficients`` (one per feature, in ``columns`` order), else None."""
+def ridge_section(release: Release) -> list[str]:
+    """Markdown lines: the ridge a regression release keeps (``solution.ridge_in_release``) and what it shrank."""
+    r = (release.manifest.get("solution") or {}).get("ridge_in_release")
+    if not r:
+        return []
+    lines = ["", "## Ridge in the release", "",
+             f"The released matrix keeps a ridge of {_fmt(float(r['ridge']))} on its diagonal (units: {r['units']}; "
+             f"postprocess `{r['postprocess']}`): {r['note']}. The coefficients are a ridge fit, shrunk "
+             "towards 0; without the ridge they would be:", "",
+             "| term | released | without the ridge | shrinkage (released ÷ without) |", "|---|---|---|---|"]
+    for label, array, i in _coefficient_terms(release):
+        without, shrink = r.get(f"{array}_without_ridge"), r.get(f"{array}_shrinkage")
+        if without is None:
+            continue
+        v = float(np.asarray(release[array]).reshape(-1)[i])
+        k = shrink[i] if shrink else None
+        lines.append(f"| {label} | {_fmt(v)} | {_fmt(float(without[i]))} | {'' if k is None else _fmt(float(k))} |")
+    lines += ["", "(The fit without the ridge is post-processing of the same release — no budget — but much noisier "
+              "where the released matrix is near singular, which is why the ridge is there: docs/accuracy.md.)"]
+    return lines
+
+
+def _feature_names(release: Release, n: int) -> list[str]:
+    """The ``n`` feature names of a release (``columns``), or x1…xn when the manifest does not list them."""
     columns = release.manifest.get("columns")
-    if name == "coefficients" and isinstance(columns, list) and len(shape) == 1 and shape[0] == len(columns):
+    if isinstance(columns, list) and len(columns) == n:
         return [str(c) for c in columns]
-    return None
+    return [f"x{i + 1}" for i in range(n)]
+
+
+def _axis_names(release: Release, d: int) -> list[str] | None:
+    """Names of a released d×d matrix's rows: the columns, the intercept's constant column, the label."""
+    columns = release.manifest.get("columns")
+    if not isinstance(columns, list):
+        return None
+    names = [str(c) for c in columns]
+    if release.manifest.get("label"):
+        names.append(str(release.manifest["label"]))
+    constant = ((release.manifest.get("scaling") or {}).get("constant_column") or {}).get("index")
+    if len(names) + 1 == d and isinstance(constant, int) and 0 <= constant <= len(names):
+        names.insert(constant, "1 (intercept)")
+    return names if len(names) == d else None
+
+
+def _entry_labels(release: Release, name: str, shape: tuple):
+    """A function from an entry's index to its label (a feature, ``x1 × y``, ``component 2, x3``, …)."""
+    if name == "coefficients" and len(shape) == 1:
+        names = _feature_names(release, shape[0])
+        return lambda ix: names[ix[0]]
+    if name == "intercept":
+        return lambda ix: "intercept"
+    if name in ("eigenvalues",) and len(shape) == 1:
+        return lambda ix: f"component {ix[0] + 1}"
+    if name in ("eigenvectors", "components") and len(shape) == 2:
+        cols = _axis_names(release, shape[1]) or _feature_names(release, shape[1])
+        return lambda ix: f"component {ix[0] + 1}, {cols[ix[1]]}"
+    if len(shape) == 2 and shape[0] == shape[1]:
+        axis = _axis_names(release, shape[0])
+        if axis is not None:
+            return lambda ix: f"{axis[ix[0]]} × {axis[ix[1]]}"
+    return lambda ix: str(ix[0]) if len(ix) == 1 else str(ix)
 
 
 def _fmt(v) -> str:
@@ -363,13 +477,17 @@ def write_report(release: Release | str, *, out: str | None = None) -> Report:
             f"Task **{m.get('task')}**, mechanism **{m.get('mechanism')}**, dataset `{m.get('dataset_id')}`, "
             f"created {m.get('created_at')}, spark-dp {m.get('library_version')}.", "",
             "## Privacy spent", "", "| | |", "|---|---|"]
-    head += [f"| {k} | {_fmt(v)} |" for k, v in priv.items()]
+    shown = {k: v for k, v in priv.items() if k not in ("mechanism", "dataset_id")}  # in the line above
+    if shown.get("noise") == shown.get("noise_family"):
+        shown.pop("noise", None)  # the same fact as noise_family
+    head += [f"| {k} | {_fmt(v)} |" for k, v in shown.items()]
     if not_private:
         head += ["", warning]
     if (bounds_warning := (m.get("bounds_auto") or {}).get("warning")):  # the chosen bounds collapsed to ~0
         head += ["", f"> **Accuracy warning:** {bounds_warning}"]
     body = ["", "## Payload", "", "| array | shape |", "|---|---|"]
     body += [f"| {n} | {tuple(np.shape(a))} |" for n, a in sorted(rel.arrays.items())]
+    body += ridge_section(rel)
     body += uncertainty_section(rel)
     body += ["", "## Plots", ""]
     for s in sections:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -74,7 +74,7 @@ from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the
 from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.regression import regression_coefficients, solve_normal_equations
-from spark_dp.second_moment.uncertainty import adassp_uncertainty, pca_uncertainty
+from spark_dp.second_moment.uncertainty import adassp_uncertainty, matrix_offset, pca_uncertainty
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -505,12 +505,20 @@ def linear_regression(
                 xtx, xty, beta = data[:-1, :-1], data[:-1, -1], scaling.coefficients(beta, label_at)
             out = {**split(beta), "xtx": xtx, "xty": xty, **arrays}
             return Noised(out, {"solution": {**info, "adaptive_ridge": lam}}, uncertainty=unc)
-        if fit_intercept or not vec.scaled:
-            fit, info = regression_coefficients(result, ridge=ridge)
-            beta = scaling.coefficients(fit, label_at) if vec.scaled else fit
-        else:  # bounds without an intercept: the no-intercept fit in the data's units
-            fit, info = regression_coefficients(prep.data_matrix(result, norm_bound), ridge=ridge)
-            beta = fit
+        def fitted(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+            if fit_intercept or not vec.scaled:
+                fit, info = regression_coefficients(matrix, ridge=ridge)
+                return fit, (scaling.coefficients(fit, label_at) if vec.scaled else fit), info
+            # bounds without an intercept: the no-intercept fit in the data's units
+            fit, info = regression_coefficients(prep.data_matrix(matrix, norm_bound), ridge=ridge)
+            return fit, fit, info
+
+        fit, beta, info = fitted(result)
+        offset = matrix_offset(plan.mechanism, plan.privacy, plan.params, vec.size, norm_bound)
+        if offset > 0:
+            info = {**info, "ridge_in_release": ridge_in_release(
+                offset, split(beta), split(fitted(result - offset * np.eye(vec.size))[1]), plan.mechanism,
+                postprocess=plan.params.get("postprocess", "none"), scaled=vec.scaled)}
         uncertainty = regression_intervals(plan.mechanism, plan.privacy, plan.params, result, fit, scaling=scaling,
                                            label_at=label_at, norm_bound=norm_bound, fit_intercept=fit_intercept,
                                            ridge=ridge, level=confidence_of(request))
@@ -522,6 +530,34 @@ def linear_regression(
     return _release(session, df, prep, task="linear_regression", request=request, finish=finish,
                     release_id=release_id, dimension=None, config_sha256=config_sha256,
                     extra=prep.extra(columns, params, **more), source_paths=source_paths)
+
+
+def ridge_in_release(offset: float, released: dict[str, np.ndarray], without: dict[str, np.ndarray], mechanism: str,
+                     *, postprocess: str, scaled: bool) -> dict[str, Any]:
+    """The manifest's ``solution.ridge_in_release``: how much the ridge o·I kept in the matrix shrank the fit.
+
+    Post-processing of the released matrix (no privacy cost): the same fit on
+    the released matrix minus o·I gives the coefficients without the ridge;
+    ``shrinkage`` is released / without, per coefficient (1 = unchanged,
+    0.5 = halved; negative = the sign flipped). Without the ridge the fit
+    can be far noisier (that is why the ridge is there).
+    """
+    why = {"analyze_gauss": "postprocess 'shift' adds c = 2 sigma sqrt(d) to the diagonal (Sheffet's choice: the "
+                            "matrix is then PSD with high probability)",
+           "wishart": "the Wishart noise's mean k B^2 stays on the diagonal (postprocess 'shift' removes it)"}.get(
+        mechanism, "the mechanism's ridge w^2 stays on the diagonal (postprocess 'shift' removes it)")
+    out: dict[str, Any] = {
+        "ridge": float(offset), "units": "the scaled vector's (each column mapped to [-1, 1] by its bounds)"
+        if scaled else "the clipped rows'", "postprocess": postprocess,
+        "note": f"a ridge that shrinks the coefficients towards 0: {why}; the coefficients without it are the same "
+                "fit on the released matrix minus the ridge (post-processing, no privacy cost)"}
+    for name, value in released.items():
+        base = np.asarray(without[name], dtype=np.float64)
+        out[f"{name}_without_ridge"] = [float(v) for v in base]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.asarray(value, dtype=np.float64) / base
+        out[f"{name}_shrinkage"] = [float(r) if np.isfinite(r) else None for r in ratio]
+    return out
 
 
 def pca(
@@ -557,6 +593,7 @@ def pca(
     clipping_report: bool = False,
     clipping_report_share: float = DEFAULT_CLIPPING_SHARE,
     bounds_share: float = DEFAULT_BOUNDS_SHARE,
+    standardize: str = "none",
 ) -> Release:
     """Top-k principal components of the private second-moment matrix.
 
@@ -567,6 +604,16 @@ def pca(
     principal directions are those of that matrix, in the original
     coordinates (so columns in large units dominate, as without bounds).
 
+    ``standardize="bounds"`` (needs public ``bounds`` for every column)
+    gives what a scikit-learn user expects from scaled PCA instead: the
+    eigenpairs of the scaled vector, each column centred at its bounds'
+    midpoint and divided by their half-range (so it lies in [-1, 1]); no
+    column dominates by its units. Centring at the midpoint is free (public
+    bounds); centring at the data's mean is not offered (it would be a
+    function of the constant column's noisy sums and n, with its own error
+    analysis). The released ``matrix`` stays in the data's units; the
+    manifest's ``standardize`` says which coordinates the eigenpairs are in.
+
     Returns:
         A :class:`Release` with ``eigenvalues`` (k,), ``eigenvectors``
         (k, d; row i = component i) and ``matrix`` (d, d).
@@ -574,21 +621,35 @@ def pca(
     columns = list(columns) if not isinstance(columns, str) else columns
     prep = _prepare_matrix("pca", df, columns, dimension, bounds, allowed=PCA_MECHANISMS, **_shared(locals()))
     k = V.check_int("k", k, owner="pca", low=1, high=prep.d)
-    params = {**prep.params, "k": k}
+    standardize = SM_PARAMS.check("standardize", standardize, owner="pca")
+    if standardize == "bounds" and not (prep.vec.scaled and isinstance(bounds, Mapping)
+                                        and set(columns if not isinstance(columns, str) else []) <= set(bounds)):
+        raise ConfigError("The 'standardize' parameter of pca is 'bounds', which needs public 'bounds' for every "
+                          "column (each column is scaled by them).")
+    params = {**prep.params, "k": k, **({"standardize": standardize} if standardize != "none" else {})}
     request = prep.request(session, "pca", columns, prep.d, params=params, confidence=confidence,
                            config_sha256=config_sha256)
 
     def finish(released, norm_bound: float, plan: MechanismPlan, prep: Prepared) -> Noised:
         matrix = prep.data_matrix(released, norm_bound)
-        vals, vecs = principal_components(matrix, k)
         level = confidence_of(request)
         uncertainty = prep.data_matrix_uncertainty(plan, released, norm_bound, level)
         vec = prep.vec
-        t = np.delete(vec.scaling(norm_bound).transform(), vec.constant_at, axis=0) if vec.scaled else None
-        bounds, accuracy = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, released, vals, vecs,
-                                           norm_bound, level, transform=t)  # Weyl / Davis–Kahan (data units with t)
-        return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix}, {"accuracy": accuracy},
-                      uncertainty={**uncertainty, **bounds})
+        extra: dict[str, Any] = {}
+        if standardize == "bounds":  # the scaled coordinates: the release in the noise's units, constant dropped
+            t = np.delete(np.eye(vec.size), vec.constant_at, axis=0)
+            vals, vecs = principal_components(t @ released @ t.T, k)
+            extra["standardize"] = {
+                "how": "bounds", "coordinates": "each column centred at its bounds' midpoint and divided by their "
+                "half-range ((v - (lo+hi)/2) / ((hi-lo)/2), in [-1, 1]); eigenvalues and eigenvectors are in these "
+                "coordinates, the matrix in the data's units", "bounds": {c: list(b) for c, b in bounds.items()}}
+        else:
+            vals, vecs = principal_components(matrix, k)
+            t = np.delete(vec.scaling(norm_bound).transform(), vec.constant_at, axis=0) if vec.scaled else None
+        found, accuracy = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, released, vals, vecs,
+                                          norm_bound, level, transform=t)  # Weyl / Davis–Kahan (data units with t)
+        return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": matrix}, {"accuracy": accuracy, **extra},
+                      uncertainty={**uncertainty, **found})
 
     return _release(session, df, prep, task="pca", request=request, finish=finish, release_id=release_id,
                     dimension=dimension, config_sha256=config_sha256, extra=prep.extra(columns, params),

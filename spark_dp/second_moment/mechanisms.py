@@ -43,6 +43,7 @@ THEOREM_NEIGHBORS = {n: s.theorem_neighbors for n, s in MECHANISMS.items()}
 PARAMS = P.Constraints({
     "postprocess": P.Options(POSTPROCESS), "calibration": P.Options(CALIBRATIONS), "row_ids": P.Options(ROW_IDS),
     "projection": P.Options(PROJECTIONS), "label": P.Str(),
+    "standardize": P.Options(("none", "bounds")),
 })
 
 

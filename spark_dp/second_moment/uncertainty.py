@@ -15,6 +15,12 @@ Matrix entries (:func:`matrix_uncertainty`)
       quantiles) and W_ij = B²·(X − Y)/2 with X, Y i.i.d. χ²_k (since
       g·h = ((g+h)² − (g−h)²)/4): quantiles of 2·10⁵ simulated draws with
       a fixed public seed. Exact up to the simulation's Monte-Carlo error.
+    * What an interval covers: AᵀA + o·I, the quantity the released value
+      estimates (:func:`matrix_offset`: Analyze Gauss's ``shift`` c, the
+      Wishart mean k·B² and the JL / inverse-Wishart ridge w² where
+      ``shift`` did not remove them); o = 0 (AᵀA itself) in the other
+      cases. So a released entry never lies outside its own interval; the
+      manifest's ``target`` states o when it is not 0.
     * ``jl_ridge``: released ~ W_d(Σ, r)/r, ``inverse_wishart``: released =
       (m−d−1)·W⁻¹_d(Σ, m), Σ = AᵀA + w²I (minus w²I with ``shift``). The
       noise depends on the data, so the intervals are derived: the entries'
@@ -105,6 +111,38 @@ def _shift(privacy: Mapping[str, Any], params: Mapping[str, Any], d: int, norm_b
     if mech == "wishart":
         return -float(privacy["dof"]) * norm_bound**2
     return -float(privacy["ridge_w2"])
+
+
+def matrix_offset(mechanism: str, privacy: Mapping[str, Any], params: Mapping[str, Any], d: int,
+                  norm_bound: float) -> float:
+    """The multiple o of I that the released matrix keeps on top of AᵀA in expectation (public, data-free).
+
+    Analyze Gauss with ``shift``: its c = 2σ√d (Sheffet's ridge); Wishart
+    without ``shift``: the noise's mean k·B²; JL and inverse-Wishart
+    without ``shift``: the ridge w². 0 where the post-processing removed it
+    (or there is none). The matrix intervals cover AᵀA + o·I (in the data's
+    units T·(AᵀA + o·I)·Tᵀ), the quantity the released value estimates, so
+    a released entry always lies inside its own interval; subtract o·TTᵀ
+    for AᵀA itself. Not used after a ``psd`` projection (a bound around the
+    released value).
+    """
+    if params.get("postprocess", "none") == "psd":
+        return 0.0
+    shift = _shift({**privacy, "_mechanism": mechanism}, params, d, norm_bound)
+    if mechanism == "analyze_gauss":
+        return shift
+    if mechanism == "wishart":
+        return float(privacy["dof"]) * norm_bound**2 + shift
+    return float(privacy["ridge_w2"]) + shift
+
+
+def _target(offset: float, transform: np.ndarray | None) -> str | None:
+    """The manifest's ``target`` of a matrix interval with offset o (None when it is AᵀA itself)."""
+    if not offset:
+        return None
+    where = "I" if transform is None else "T T^T (T the public map to the data's units)"
+    return (f"A^T A + {offset:.6g} {where}: the released matrix keeps this multiple of the identity in "
+            "expectation (a ridge), so the interval covers what the value estimates; subtract it for A^T A")
 
 
 @functools.lru_cache(maxsize=64)
@@ -215,7 +253,8 @@ def drop_index(u: Uncertainty, k: int) -> Uncertainty:
     """The uncertainty of a square matrix without row and column ``k`` (the constant column)."""
     def cut(a):
         return None if a is None else np.delete(np.delete(a, k, axis=0), k, axis=1)
-    return Uncertainty(cut(u.low), cut(u.high), cut(u.stderr), u.method, kind=u.kind, covers=u.covers)
+    return Uncertainty(cut(u.low), cut(u.high), cut(u.stderr), u.method, kind=u.kind, covers=u.covers,
+                       target=u.target)
 
 
 def matrix_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mapping[str, Any], matrix: np.ndarray,
@@ -246,14 +285,17 @@ def matrix_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mappi
             "bound: |entry - truth| <= ||P(M) - A^T A||_2 <= 2 ||M - A^T A||_2 for the PSD projection P, with "
             f"{how}{mapped}"))
     shift = _shift({**privacy, "_mechanism": mechanism}, params, d, norm_bound)
+    offset = matrix_offset(mechanism, privacy, params, d, norm_bound)
+    target = _target(offset, transform)
     centre = data - shift * ttt
+    kept = offset * ttt  # every interval below is of A^T A, moved by this to cover A^T A + o T T^T
     if mechanism == "analyze_gauss":
         sigma = float(privacy["noise_scale"])
         sd = np.full((d, d), sigma) if transform is None else gaussian_sd(t, sigma)
-        u = gaussian_interval(centre, sd, level, method=(
-            "exact: (value - shift) +/- z*sd, the Gaussian noise of Analyze Gauss (sigma from the manifest; "
+        u = gaussian_interval(centre + kept, sd, level, method=(
+            "exact: value +/- z*sd, the Gaussian noise of Analyze Gauss (sigma from the manifest; "
             f"mirror entries share their noise){mapped}"))
-        return Uncertainty(u.low, u.high, u.stderr, u.method)
+        return Uncertainty(u.low, u.high, u.stderr, u.method, target=target)
     if mechanism == "wishart":
         k = int(privacy["dof"])
         scale = norm_bound**2 * ttt
@@ -261,10 +303,10 @@ def matrix_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mappi
         dg = np.diag(scale)
         se = np.sqrt(k * (scale**2 + np.outer(dg, dg)))
         # error = released - shift - truth = T W T^T ~ W(B^2 T T^T, k): truth in [centre - q_hi, centre - q_lo]
-        return Uncertainty(centre - q_hi, centre - q_lo, se, (
+        return Uncertainty(centre - q_hi + kept, centre - q_lo + kept, se, (
             "exact distribution of the additive Wishart noise W(B^2 T T^T, k) (T = I without bounds): diagonal "
             "Sigma_ii chi2_k quantiles, off-diagonal sqrt(Sigma_ii Sigma_jj)((1+rho)/2 X - (1-rho)/2 Y) with X, Y "
-            f"iid chi2_k, quantiles simulated ({SIMULATIONS} draws, fixed seed){mapped}"))
+            f"iid chi2_k, quantiles simulated ({SIMULATIONS} draws, fixed seed){mapped}"), target=target)
     # multiplicative mechanisms: plug-in variance, normal approximation
     w2 = float(privacy["ridge_w2"])
     sigma_hat = centre  # the release as drawn: an unbiased estimate of T Σ T^T, Σ = AᵀA + w²I
@@ -281,9 +323,10 @@ def matrix_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mappi
         var = ((m - d + 1) * sigma_hat**2 + (m - d - 1) * np.outer(diag, diag)) / ((m - d) * (m - d - 3))
         how = f"(m - d - 1) W^-1_d(Sigma, m) with m = {m}: Var = ((m-d+1) S_ij^2 + (m-d-1) S_ii S_jj)/((m-d)(m-d-3))"
     se = np.sqrt(np.maximum(var, 0.0))
-    return symmetric_interval(centre, normal_quantile(level) * se, se, method=(
+    u = symmetric_interval(centre + kept, normal_quantile(level) * se, se, method=(
         f"derived (approximate): exact entry variances of {how}, Sigma estimated by the release (plug-in), "
         f"normal approximation{mapped}"))
+    return Uncertainty(u.low, u.high, u.stderr, u.method, target=target)
 
 
 def _noise_norm(mechanism: str, privacy: Mapping[str, Any], params: Mapping[str, Any], matrix: np.ndarray,
@@ -376,6 +419,7 @@ def pca_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mapping[
     sub_gap = (spectrum[k - 1] - spectrum[k] - r) if k < d else math.inf
     sin_sub = 1.0 if sub_gap <= 0 else min(1.0, r / sub_gap)
     return out, {
+        "uninformative": uninformative(out["eigenvalues"], sines, sin_sub, k < d),
         "eigenvalue_bound": eig_how,
         "eigenvector_bound": "Davis-Kahan",
         "noise_spectral_norm_bound": r if math.isfinite(r) else None,  # None: no finite bound (JL/iW, small r)
@@ -384,6 +428,24 @@ def pca_uncertainty(mechanism: str, privacy: Mapping[str, Any], params: Mapping[
         "subspace_bound": ("Davis-Kahan sin(theta) theorem: the largest principal angle between the released and "
                            "the true top-k eigenspace of A^T A, holding with probability >= the level"),
     }
+
+
+def uninformative(eigenvalues: Uncertainty, sines: np.ndarray, sin_subspace: float, proper: bool) -> list[str]:
+    """The PCA bounds that carry no information, each said in words (manifest ``accuracy.uninformative``).
+
+    An eigenvector whose Davis–Kahan bound is sin θ = 1 may point anywhere
+    (its entries' bounds cover every unit vector's); an eigenvalue whose
+    bound reaches 0 cannot be told from 0; likewise the top-k subspace.
+    Their cause is noise large against the eigengaps: more rows, a larger
+    ε, or bounds closer to the data narrow them.
+    """
+    out = [f"eigenvector {i + 1}: no information on its direction (Davis-Kahan sin(theta) = 1: the noise is larger "
+           "than its eigengap, so its bounds cover every unit vector)" for i in np.flatnonzero(sines >= 1.0)]
+    out += [f"eigenvalue {i + 1}: cannot be told from 0 (its bound's lower end is 0)"
+            for i in np.flatnonzero(np.asarray(eigenvalues.low) <= 0.0)]
+    if proper and sin_subspace >= 1.0:
+        out.append("the top-k subspace: no information (sin(theta) = 1)")
+    return out
 
 
 def adassp_sums_uncertainty(xtx: np.ndarray, xty: np.ndarray, sigmas, level: float, *,
