@@ -19,7 +19,12 @@ scores (``norm_bound``/``bounds`` ``"auto"``) move by at most their stated
 L∞ score sensitivity; for Wishart, inverse Wishart and JL ridge, whose
 proofs are not an additive-noise sensitivity, the exact Gram matrix changes
 by at most m clipped rows of norm ≤ B (added or removed; both under
-``replace``), which is what Sheffet's theorems assume.
+``replace``), which is what Sheffet's theorems assume — with
+``projection="rows"``, the Gram of the rows the projection R·A read,
+recovered from R·A; whitened tensor rows: M2's stated Δ, then the passes'
+Δ = f·m·√L·B_y³ evaluated on the released M2. Parameter variants searched
+besides the registry entries: ``jl_ridge`` with ``projection="rows"`` and
+tensor rows with ``whiten=True`` in both modes (:func:`expected_parameters`).
 
 Profiles: ``SPARK_DP_SEARCH_PROFILE=fast`` (default, ``make test``): the seed
 examples (one per family variant) and a few derandomised draws;
