@@ -22,7 +22,8 @@ and scale on both sides, and Δ must be one the manifest states.
 Mechanisms whose privacy is not an additive-noise sensitivity (Wishart,
 inverse Wishart, JL ridge: Sheffet's proofs) are checked on the quantity
 their proofs bound: the exact Gram matrix (captured from the library's Gram
-pass) changes by the outer products of at most m clipped rows, ‖x‖ ≤ B,
+pass; for JL with ``projection="rows"``, recovered exactly from the
+projection R·A, :func:`jl_projected_gram`) changes by the outer products of at most m clipped rows, ‖x‖ ≤ B,
 added (add/remove: one side only) or replaced (both sides, each of trace
 ≤ m·B²).
 
@@ -238,6 +239,44 @@ def event_multipliers(manifest: dict) -> list[float]:
     return [float(e["noise_multiplier"]) for e in events if "noise_multiplier" in e]
 
 
+#: How the manifest of a whitened tensor release states its power passes' Δ (evaluated by the next function).
+WHITENED_PASSES = "f*m*sqrt(L)*B_y^3 per unit (f = 1 add/remove, 2 replace; m rows per unit), B_y = ||W||_op * B"
+
+
+def whitened_sensitivities(manifest: dict, draws: list[Draw]) -> tuple[float, float] | None:
+    """(Δ of the second moment M2, Δ of each power pass) as a whitened tensor release's manifest states them.
+
+    The second moment's is a number (``sensitivity.second_moment``); the
+    passes' is a formula, evaluated here on the coupled run: Δ = f·m·√L·B_y³
+    with B_y = ‖W‖op·B and W the whitening of the *released* M2 (the
+    release's first draw: its upper triangle, replayed on D′, so the same W on
+    both sides); f, m, L and B are the manifest's own (relation,
+    ``max_rows_per_unit``, ``restarts``, ``norm_bound``). None: not a
+    whitened release. A manifest stating another formula raises (the check
+    would no longer be the one it states).
+    """
+    from spark_dp.tensor.whiten import whitening
+
+    privacy = manifest.get("privacy") or {}
+    sens = privacy.get("sensitivity")
+    if not (isinstance(sens, dict) and "power_passes" in sens):
+        return None
+    if not str(sens["power_passes"]).startswith(WHITENED_PASSES):
+        raise AssertionError(f"the manifest states the whitened passes' sensitivity as {sens['power_passes']!r}, "
+                             f"not {WHITENED_PASSES!r}: update the search's evaluation of it")
+    d, k = int(manifest["dimension"]), int(manifest["params"]["k"])
+    if not draws or draws[0].kind != "gaussian" or draws[0].values.size != d * (d + 1) // 2:
+        raise AssertionError("a whitened release's first draw is not the second moment's upper triangle")
+    iu = np.triu_indices(d)
+    M2 = np.zeros((d, d))
+    M2[iu] = np.asarray(draws[0].out, dtype=float)
+    M2 = M2 + np.triu(M2, 1).T
+    B_y = float(np.linalg.norm(whitening(M2, k)[0], 2)) * float(privacy["norm_bound"])
+    f = 2.0 if privacy["neighbors"] == "replace" else 1.0
+    passes = f * int(privacy["max_rows_per_unit"]) * math.sqrt(int(manifest["params"]["restarts"])) * B_y**3
+    return float(sens["second_moment"]), passes
+
+
 def draw_violations(label: str, d0: list[Draw], d1: list[Draw], manifests: tuple[dict, dict]) -> list[str]:
     """The ways the recorded draws of D (``d0``) and D′ (``d1``) break their stated sensitivity.
 
@@ -245,7 +284,9 @@ def draw_violations(label: str, d0: list[Draw], d1: list[Draw], manifests: tuple
     exact values at most Δ in the noise's norm; Δ one the manifest states —
     a number under a ``*sensitivity*`` key (a manifest that states none has
     a Δ that depends on earlier outputs, e.g. the explicit tensor power
-    method's 6c‖u‖∞²: there the next check carries it) — and, for additive
+    method's 6c‖u‖∞²: there the next check carries it; a formula of the
+    released second moment, whitened tensor passes: evaluated by
+    :func:`whitened_sensitivities`, draw by draw) — and, for additive
     draws, scale = Δ × the noise multiplier of a charged event (what the
     ledger accounts).
     """
@@ -253,6 +294,10 @@ def draw_violations(label: str, d0: list[Draw], d1: list[Draw], manifests: tuple
     if len(d0) != len(d1):
         return [f"{label}: {len(d0)} draws on the base, {len(d1)} on the neighbour (the draws depend on the data)"]
     stated = stated_sensitivities(manifests[0]) + stated_sensitivities(manifests[1])
+    # whitened tensor rows: M2's Δ, then the passes' (a formula of the released M2), each where the manifest says
+    whitened = [whitened_sensitivities(m, d) for m, d in zip(manifests, (d0, d1))]
+    if whitened[0] is not None and whitened[1] is not None and not np.allclose(whitened[0], whitened[1], rtol=1e-9):
+        bad.append(f"{label}: the whitened release's stated (M2, pass) Δ differ: {whitened[0]} vs {whitened[1]}")
     multipliers = event_multipliers(manifests[0])
     for i, (a, b) in enumerate(zip(d0, d1)):
         norm_name, order = _NORMS[a.kind]
@@ -268,6 +313,11 @@ def draw_violations(label: str, d0: list[Draw], d1: list[Draw], manifests: tuple
         elif a.kind == "noisy_min" and not any(math.isclose(a.sensitivity, s, rel_tol=1e-9) for s in stated):
             bad.append(f"{label}: draw {i} (noisy_min) uses score sensitivity {a.sensitivity}, which the manifest "
                        f"does not state (stated: {sorted(set(stated))})")
+        elif whitened[0] is not None:
+            want = whitened[0][0 if i == 0 else 1]
+            if not math.isclose(a.sensitivity, want, rel_tol=1e-9):
+                bad.append(f"{label}: draw {i} ({a.kind}) uses Δ = {a.sensitivity}, the manifest states {want} for "
+                           f"{'the second moment' if i == 0 else 'a whitened power pass'}")
         elif stated and not any(math.isclose(a.sensitivity, s, rel_tol=1e-9) for s in stated):
             bad.append(f"{label}: draw {i} ({a.kind}) uses Δ = {a.sensitivity}, which the manifest does not state "
                        f"(stated: {sorted(set(stated))})")
@@ -321,10 +371,47 @@ def fixed_selection_secret(value: int = 0x5EED) -> Iterator[None]:
 _CACHED = {
     "spark_dp.second_moment.api": ("gram_matrix", "gram_matrix_parquet", "value_counts"),
     "spark_dp.aggregates.norms": ("norm_counts",),
+    "spark_dp.aggregates.jl": ("jl_projection",),
     "spark_dp.aggregates.sketch": ("sketch_table", "sketch_table_parquet", "histogram_table",
                                    "histogram_table_parquet", "dyadic_tables", "dyadic_tables_parquet"),
 }
 _GRAMS = ("gram_matrix", "gram_matrix_parquet")
+
+
+def jl_projected_gram(args: tuple, kwargs: dict, projected: np.ndarray) -> np.ndarray:
+    """The Gram matrix of the rows a JL projection R·A summed, recovered exactly from R·A itself.
+
+    R·A = Σ √cᵢ·gᵢ·aᵢᵀ over the distinct rows (content ids, multiplicities
+    cᵢ), gᵢ = R's column of row i, a function of its ids and the key only
+    (:mod:`spark_dp.aggregates.jl`). The driver recomputes the gᵢ of every
+    distinct row of the input (the same ``vectorize`` and ``row_id_frame``)
+    and solves R·A = Gᵀ W by least squares (r ≫ rows: G has full rank), so
+    W's rows are √cᵢ·aᵢ as the executors clipped (or dropped, or zeroed) them
+    and WᵀW = Σ cᵢ aᵢaᵢᵀ is the Gram of what was projected: the matrix JL's
+    proof is about (the release is W_d(AᵀA + w²I, r)). An R·A that is not such
+    a combination fails here (a row projected twice, or with another column).
+    """
+    from spark_dp.aggregates._vectors import VECTOR_COL, vectorize
+    from spark_dp.aggregates.jl import row_id_frame, row_normals
+
+    if kwargs.get("row_ids", "content") != "content":
+        raise AssertionError("jl_projection: the search recovers the Gram through content row ids only")
+    frame, d = vectorize(args[0], args[1], dimension=kwargs.get("dimension"), privacy_unit=kwargs.get("privacy_unit"),
+                         max_rows_per_unit=kwargs.get("max_rows_per_unit", 1), affine=kwargs.get("affine"))
+    ids = row_id_frame(frame).select(VECTOR_COL, "h1", "h2").collect()
+    projected = np.asarray(projected, dtype=float)
+    if not ids:
+        if np.abs(projected).max(initial=0) > 0:
+            raise AssertionError("jl_projection: a nonzero R·A from an input with no rows")
+        return np.zeros((d, d))
+    G = row_normals(np.array([i["h1"] for i in ids]), np.array([i["h2"] for i in ids]), int(kwargs["r"]),
+                    int(kwargs["key"]))
+    W = np.linalg.lstsq(G.T, projected, rcond=None)[0]
+    residual = float(np.abs(G.T @ W - projected).max(initial=0))
+    if residual > 1e-9 * max(1.0, float(np.abs(projected).max(initial=0))):
+        raise AssertionError(f"jl_projection: R·A is not a combination of its distinct rows' columns of R "
+                             f"(residual {residual:.3g})")
+    return W.T @ W
 
 
 def _key(name: str, args: tuple, kwargs: dict) -> str:
@@ -369,8 +456,13 @@ class AggregateCache:
             if key not in self.results:
                 self.misses += 1
                 self.results[key] = fn(*args, **kwargs)
+                if name == "jl_projection":  # with the Gram of the rows it projected (one more small pass)
+                    self.results[key] = (self.results[key], jl_projected_gram(args, kwargs, self.results[key]))
             out = self.results[key]
-            if name in _GRAMS:
+            if name == "jl_projection":
+                out, gram = out
+                self.grams.append((np.array(gram, dtype=float, copy=True), float(kwargs["norm_bound"])))
+            elif name in _GRAMS:
                 gram = out[0] if isinstance(out, tuple) else out
                 self.grams.append((np.array(gram, dtype=float, copy=True), float(kwargs["norm_bound"])))
             return out

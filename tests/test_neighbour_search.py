@@ -19,7 +19,12 @@ scores (``norm_bound``/``bounds`` ``"auto"``) move by at most their stated
 L∞ score sensitivity; for Wishart, inverse Wishart and JL ridge, whose
 proofs are not an additive-noise sensitivity, the exact Gram matrix changes
 by at most m clipped rows of norm ≤ B (added or removed; both under
-``replace``), which is what Sheffet's theorems assume.
+``replace``), which is what Sheffet's theorems assume — with
+``projection="rows"``, the Gram of the rows the projection R·A read,
+recovered from R·A; whitened tensor rows: M2's stated Δ, then the passes'
+Δ = f·m·√L·B_y³ evaluated on the released M2. Parameter variants searched
+besides the registry entries: ``jl_ridge`` with ``projection="rows"`` and
+tensor rows with ``whiten=True`` in both modes (:func:`expected_parameters`).
 
 Profiles: ``SPARK_DP_SEARCH_PROFILE=fast`` (default, ``make test``): the seed
 examples (one per family variant) and a few derandomised draws;
@@ -109,6 +114,10 @@ def _second_moment_calls(variant: str, neighbors: str, m: int, unit: str | None)
             kw.update(bounds={c: BOUNDS[c] for c in cols}, norm_bound=None, clipping_report=True)
         elif variant == "intercept":
             kw.update(clipping_report=True)
+        elif variant == "rows_projection":  # JL drawn per data row on the executors (not from the exact Gram)
+            if "projection" not in spec.params:
+                continue
+            kw.update(projection="rows")
         calls.append(Call(f"{task}/{name}+{variant}", task, kw, gram=True))
     return calls
 
@@ -141,21 +150,27 @@ def _tensor_rows_calls(variant: str, neighbors: str, m: int, unit: str | None) -
     from spark_dp.tensor.mechanisms import REGISTRY
 
     calls = []
+    whiten, mode = variant.startswith("whiten-"), variant.removeprefix("whiten-")
     for name, spec in REGISTRY.items():
         if spec.rows is None or spec.rows.plan is None:
             continue  # explicit tensors only, or not private (nothing charged: no neighbour to search)
-        if variant == "fresh" and m > 1:
+        if whiten and spec.rows.run_whitened is None:
+            continue  # no whitened variant
+        if mode == "fresh" and m > 1:
             continue  # refused: a unit's rows could reach several passes
-        kw = dict(columns=COLUMNS, k=1, epsilon=EPS, delta=DELTA, mechanism=name, norm_bound=B, mode=variant,
+        kw = dict(columns=COLUMNS, k=1, epsilon=EPS, delta=DELTA, mechanism=name, norm_bound=B, mode=mode,
                   neighbors=neighbors, max_rows_per_unit=m, privacy_unit=unit, restarts=2, iterations=2)
+        if whiten:  # the private second moment M2 first, then the passes on the rows whitened by it
+            kw.update(whiten=True)
         calls.append(Call(f"tensor_decomposition/{name}+rows-{variant}", "tensor_decomposition", kw))
     return calls
 
 
 VARIANTS = {
-    "second_moment": ("plain", "clipping_report", "norm_bound_auto", "bounds_auto", "bounds", "intercept", "pca"),
+    "second_moment": ("plain", "clipping_report", "norm_bound_auto", "bounds_auto", "bounds", "intercept", "pca",
+                      "rows_projection"),
     "sketch": ("unweighted", "weighted", "sketch_l2", "dyadic"),
-    "tensor_rows": ("reuse", "fresh"),
+    "tensor_rows": ("reuse", "fresh", "whiten-reuse", "whiten-fresh"),
 }
 CALLS = {"second_moment": _second_moment_calls, "sketch": _sketch_calls, "tensor_rows": _tensor_rows_calls}
 RELATIONS = ("replace", "add_remove")
@@ -174,6 +189,36 @@ def search_cases() -> set[tuple[str, str]]:
                             out.add((family, call.kwargs["mechanism"]))
     for name in _explicit_mechanisms():
         out.add(("tensor_explicit", name))
+    return out
+
+
+def _parameters(family: str, call: Call) -> set[tuple[str, str, str]]:
+    """The parameter variants a call runs that take a different privacy path: JL per data row, whitened rows."""
+    kw, out = call.kwargs, set()
+    if kw.get("projection") == "rows":
+        out.add((family, kw["mechanism"], "projection=rows"))
+    if kw.get("whiten"):
+        out.add((family, kw["mechanism"], f"whiten+{kw['mode']}"))
+    return out
+
+
+def searched_parameters() -> set[tuple[str, str, str]]:
+    """(family, registry entry, parameter variant) the search runs (:func:`_parameters`)."""
+    return {p for family, variants in VARIANTS.items() for v in variants for rel in RELATIONS for m in MS
+            for unit in (("uid", None) if m == 1 else ("uid",)) for c in CALLS[family](v, rel, m, unit)
+            for p in _parameters(family, c)}
+
+
+def expected_parameters() -> set[tuple[str, str, str]]:
+    """The parameter variants the registries offer: every second-moment entry with a ``projection`` parameter
+    (its ``rows`` projection), every private tensor-rows entry with a whitened variant (both modes)."""
+    from spark_dp.second_moment.api import MECHANISMS as SM
+    from spark_dp.tensor.mechanisms import REGISTRY as TE
+
+    out = {("second_moment", n, "projection=rows") for n, s in SM.items() if "projection" in s.params}
+    out |= {("tensor_rows", n, f"whiten+{mode}") for n, s in TE.items()
+            if s.rows is not None and s.rows.plan is not None and s.rows.run_whitened is not None
+            for mode in ("reuse", "fresh")}
     return out
 
 
@@ -198,6 +243,12 @@ def test_every_registry_entry_is_searched():
     tasks = {(c.method, c.kwargs["mechanism"]) for v in VARIANTS["second_moment"] for rel in RELATIONS
              for c in _second_moment_calls(v, rel, 1, "uid")}
     assert {(t, n) for n, s in SM.items() for t in s.tasks} <= tasks
+    # the parameter variants that change the privacy path: JL per data row, whitened tensor rows
+    expected = expected_parameters()
+    assert {("second_moment", "jl_ridge", "projection=rows")} <= expected and any(
+        e[0] == "tensor_rows" for e in expected), f"the registries no longer offer these variants: {expected}"
+    assert expected <= searched_parameters(), \
+        f"parameter variants the neighbour search does not run: {sorted(expected - searched_parameters())}"
     # the not-private entries have nothing to search: say which they are, so a new private one cannot hide there
     assert {n for n, s in TE.items() if not s.private} == {"power_method", "online_power_method"}
 
@@ -339,12 +390,12 @@ def _seeds(family: str) -> list[Pair]:
             takers[n] = takers.get(n, 0) + 1
     for i, v in enumerate(VARIANTS[family]):
         rel = RELATIONS[i % 2]
-        m = MS[(i // 2) % 2] if not (family == "tensor_rows" and v == "fresh") else 1
+        m = MS[(i // 2) % 2] if not (family == "tensor_rows" and v.endswith("fresh")) else 1
         path = ("parquet", "spark")[(i // 3) % 2] if family != "tensor_rows" else ("spark", "parquet")[i % 2]
         names = [c.kwargs["mechanism"] for c in CALLS[family](v, rel, m, "uid")]
         at_one = [c.kwargs["mechanism"] for c in CALLS[family](v, rel, 1, "uid")]
-        if not [n for n in names if n not in ran] and [n for n in at_one if n not in ran]:
-            m, names = 1, at_one  # an entry not run yet that takes only one row per unit
+        if not names or (not [n for n in names if n not in ran] and [n for n in at_one if n not in ran]):
+            m, names = 1, at_one  # an entry not run yet (or a variant: JL per data row) that takes one row per unit
         fresh = sorted((n for n in names if n not in ran), key=lambda n: takers[n])
         only = (fresh or names)[0] if fresh else names[i % len(names)]
         ran.append(only)
@@ -361,6 +412,11 @@ def test_fast_seeds_run_every_registry_entry():
         every = {c.kwargs["mechanism"] for v in VARIANTS[family] for rel in RELATIONS for m in MS
                  for c in CALLS[family](v, rel, m, "uid")}
         assert ran == every, (family, sorted(every - ran))
+    # and every parameter variant (JL per data row, whitened tensor rows in both modes)
+    seeded = {p for family in VARIANTS for pair in _seeds(family)
+              for c in CALLS[family](pair.variant, pair.neighbors, pair.m, pair.unit)
+              if c.kwargs["mechanism"] == pair.only for p in _parameters(family, c)}
+    assert expected_parameters() <= seeded, sorted(expected_parameters() - seeded)
 
 
 def _with_seeds(family: str):
@@ -479,6 +535,43 @@ def test_search_machinery_catches_an_understated_sensitivity():
     assert not gram_violations("x", g, g + np.diag([0.0, 1.0]), norm_bound=1.0, m=1, neighbors="add_remove")
     assert gram_violations("x", g, np.diag([0.0, 1.0]), norm_bound=1.0, m=1, neighbors="add_remove")  # both ways
     assert not gram_violations("x", g, np.diag([0.0, 1.0]), norm_bound=1.0, m=1, neighbors="replace")
+    # whitened tensor rows: the second moment's Δ as stated, then the passes' Δ = f·m·√L·B_y³ from the released
+    # M2 = diag(4, 1), k = 1: ‖W‖op = 1/2, B_y = 1/2, so at L = 4, m = 1, add/remove Δ = 2/8 = 0.25 (0.5 replace)
+    from tests._neighbours import WHITENED_PASSES, whitened_sensitivities
+
+    m2 = Draw("gaussian", np.zeros(3), 2.0, 1.0, np.array([4.0, 0.0, 1.0]))
+    privacy = {"sensitivity": {"second_moment": 1.0, "power_passes": WHITENED_PASSES}, "norm_bound": 1.0,
+               "neighbors": "add_remove", "max_rows_per_unit": 1, "events": [{"noise_multiplier": 2.0}]}
+    manifest = {"privacy": privacy, "dimension": 2, "params": {"k": 1, "restarts": 4}}
+    assert whitened_sensitivities(manifest, [m2]) == pytest.approx((1.0, 0.25))
+    replace_ = {**manifest, "privacy": {**privacy, "neighbors": "replace"}}
+    assert whitened_sensitivities(replace_, [m2]) == pytest.approx((1.0, 0.5))
+    ok = [m2, Draw("gaussian", np.array([0.0, 0.0]), 0.5, 0.25, None)]
+    assert not draw_violations("x", ok, [m2, Draw("gaussian", np.array([0.2, 0.1]), 0.5, 0.25, None)],
+                               (manifest, manifest))
+    bad = draw_violations("x", ok, [m2, Draw("gaussian", np.array([0.3, 0.0]), 0.5, 0.25, None)], (manifest, manifest))
+    assert len(bad) == 1 and "moved by 0.3" in bad[0]
+    for wrong in ([m2, Draw("gaussian", np.zeros(2), 1.0, 0.5, None)],  # a pass Δ the formula does not give
+                  [Draw("gaussian", np.zeros(3), 4.0, 2.0, m2.out)] + ok[1:]):  # M2 with a Δ not stated for it
+        bad = draw_violations("x", wrong, wrong, (manifest, manifest))
+        assert len(bad) == 1 and "the manifest states" in bad[0], bad
+
+def test_jl_projected_gram_is_the_gram_of_the_projected_rows(runner):
+    """JL per data row: the Gram the search checks, recovered from R·A, is Σ cᵢ·clip(aᵢ)clip(aᵢ)ᵀ of the rows the
+    projection read (a duplicated row counted twice, a NaN row dropped, a row far above B clipped to it)."""
+    from spark_dp.aggregates.jl import jl_projection
+    from tests._neighbours import jl_projected_gram
+
+    rows = [(0.6, 0.8, 0.0, "b", 1.0, 0), (0.6, 0.8, 0.0, "b", 1.0, 1), (3e2, -4e2, 0.0, "a", 1.0, 2),
+            (NAN, 1.0, 0.0, "a", 1.0, 3), (0.1, -0.2, 0.3, "d", -2.0, 4)]
+    df = runner.spark.createDataFrame(rows, "x1 double, x2 double, y double, item string, w double, uid long")
+    kwargs = dict(r=40, key=12345, norm_bound=B, nonfinite="drop")
+    projected = jl_projection(df, COLUMNS, **kwargs)
+    a = np.array([[0.6, 0.8], [0.6, 0.8], [0.6, -0.8], [0.1, -0.2]])
+    np.testing.assert_allclose(jl_projected_gram((df, COLUMNS), kwargs, projected), a.T @ a, atol=1e-10)
+    # R·A with a term that is not one of the rows' columns of R is refused
+    with pytest.raises(AssertionError, match="not a combination"):
+        jl_projected_gram((df, COLUMNS), kwargs, projected + 1e-3)
 
 
 @pytest.fixture(scope="module", autouse=True)
