@@ -126,7 +126,7 @@ def main() -> int:
         Path("dry/job.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         out = io.StringIO()
         with smoke.contextlib.redirect_stdout(out):
-            assert cli_main(["release", "--dry-run", "dry/job.yaml"]) == 0
+            assert cli_main(["release", "--dry-run", "--json", "dry/job.yaml"]) == 0
         preview = json.loads(out.getvalue())
         assert preview.get("would_refuse") is False, preview
         ledger = Path("dry/ledger.db")

@@ -43,7 +43,7 @@ def test_outputs_carry_no_exact_counts(spark, tmp_path, caplog, capsys):
         cfg["release_id"] = "side-2"
         cfg["privacy"]["epsilon"] = 3.0
         (tmp_path / "c2.yaml").write_text(json.dumps(cfg))
-        assert cli_main(["release", str(tmp_path / "c2.yaml")]) == 2
+        assert cli_main(["release", str(tmp_path / "c2.yaml")]) == 3  # a budget refusal
     out = capsys.readouterr()
     texts = {
         "manifest": (tmp_path / "out" / "side-1" / "manifest.json").read_text(),

@@ -418,7 +418,7 @@ def _rows_plan(
                               scales=scales, auto=auto)
     if on.plan is not None:
         plan = on.plan(req)
-    source.passes, source.seed = passes, pass_seed(session)
+    source.passes, source.session = passes, session
     prepare = source.prepare
 
     def moments_of(frame: DataFrame, norm_bound: float = norm_bound):
@@ -572,13 +572,17 @@ class _RowsSource:
         self.affine = affine
         self.data, self.columns, self.dimension = data, columns, dimension
         self.privacy_unit, self.max_rows_per_unit = privacy_unit, max_rows_per_unit
-        self.passes, self.seed, self.mode, self.nonfinite, self.norm_bound = passes, 0, mode, nonfinite, norm_bound
+        self.passes, self.mode, self.nonfinite, self.norm_bound = passes, mode, nonfinite, norm_bound
+        self.session = None  # whose sampler draws fresh mode's secret pass seed, in prepare (after the checks)
         self.source_paths, self.cache_bytes, self.clear_cache = source_paths, cache_bytes, clear_cache
 
     def prepare(self):
         from spark_dp.aggregates._scan import choose_source_paths
         from spark_dp.aggregates.moments import parquet_rows, prepare_rows
 
+        # Drawn here, when the rows are read (after the stored-release and budget checks), and only if used:
+        # a re-run or a refused request draws nothing from the sampler.
+        seed = pass_seed(self.session) if self.passes is not None else 0
         # Given, or detected when the data is a plain Parquet scan (aggregates/_scan.py).
         paths = None if self.affine is not None else choose_source_paths(
             self.data, self.columns, self.source_paths, owner=OWNER,
@@ -593,10 +597,10 @@ class _RowsSource:
                 rows = None
             if rows is not None:
                 if self.passes is not None:
-                    rows.assign_passes(self.passes, self.seed, prefill=(self.norm_bound, self.nonfinite))
+                    rows.assign_passes(self.passes, seed, prefill=(self.norm_bound, self.nonfinite))
                 return rows
         return prepare_rows(self.data, self.columns, dimension=self.dimension, privacy_unit=self.privacy_unit,
-                            max_rows_per_unit=self.max_rows_per_unit, passes=self.passes, seed=self.seed,
+                            max_rows_per_unit=self.max_rows_per_unit, passes=self.passes, seed=seed,
                             affine=self.affine)[0]
 
     def release(self, frame) -> None:
@@ -616,7 +620,7 @@ def _whitened_plan(session, source, on, req, *, release_id, request, extra, mech
         raise ConfigError(f"The 'whiten' parameter of {OWNER} is not supported by mechanism {mechanism!r}.")
     private, norm_bound, mode = on.plan is not None, req.norm_bound, req.mode
     source.passes = req.k * passes_per_component(req.R, private) if mode == "fresh" else None
-    source.seed = pass_seed(session)
+    source.session = session
     if private:
         plan = on.plan(req)
     prepare = source.prepare
