@@ -89,14 +89,16 @@ def main() -> int:
     """``make demo``: writes the demo data, runs its release on an embedded local Spark, prints the result."""
     from spark_dp.cli.config import load_config
     from spark_dp.cli.job import run_job, session_for
+    from spark_dp.cli.main import quiet_pandas_warning
     from spark_dp.errors import SparkDPError
 
     make_demo_data()
     try:
-        config = load_config(DEMO_CONFIG)
-        stored = session_for(config).stored_release(config.release_id, config_sha256=config.sha256) is not None
-        release = run_job(config)
-        status = {s.dataset_id: s for s in session_for(config).ledger.status()}.get(config.dataset.id)
+        with quiet_pandas_warning():  # as the spark-dp commands: no pyspark pandas-3 warning on the console
+            config = load_config(DEMO_CONFIG)
+            stored = session_for(config).stored_release(config.release_id, config_sha256=config.sha256) is not None
+            release = run_job(config)
+            status = {s.dataset_id: s for s in session_for(config).ledger.status()}.get(config.dataset.id)
     except SparkDPError as exc:
         print(f"spark-dp demo: error: {exc}", file=sys.stderr)
         return 2

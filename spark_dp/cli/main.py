@@ -25,11 +25,13 @@ with ``SPARK_REMOTE`` (Spark Connect).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 
 from spark_dp.errors import BudgetExceededError, SparkDPError
 
@@ -486,6 +488,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def quiet_pandas_warning() -> Iterator[None]:
+    """Hides pyspark's pandas-3 FutureWarning inside the block (the command line and ``make demo``).
+
+    pyspark 4.x warns on every pandas >= 3 use that its own pandas features
+    may not all work; spark-dp's use of pandas is tested on pandas 3 (README,
+    "Supported versions"), so the commands say nothing.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs ``spark-dp``; returns the exit code (2 a request error, 3 a budget refusal: one line each)."""
     parser = build_parser()
@@ -493,10 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.verbose)
     if args.master:
         os.environ["SPARK_DP_MASTER"] = args.master  # read by spark_dp.runtime.get_spark
-    with warnings.catch_warnings():
-        # pyspark 4.x warns on every pandas >= 3 import that its own pandas features may not all work; spark-dp's
-        # use of pandas is tested on pandas 3 (README, "Supported versions"), so the command line says nothing.
-        warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+    with quiet_pandas_warning():
         try:
             return int(args.func(args) or 0)
         except BudgetExceededError as exc:
