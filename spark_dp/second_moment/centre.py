@@ -71,7 +71,7 @@ from spark_dp.second_moment._registry import MechanismPlan
 
 DEFAULT_MEAN_SHARE = 0.1
 #: Bisection steps for the mechanism's ε′ (on log ε′ over [ε/1000, ε]): the result errs low (more noise).
-_STEPS = 24
+_STEPS = 12
 _BOOTSTRAP_DRAWS = 4000
 
 
