@@ -689,15 +689,15 @@ def pca(
     """
     columns = list(columns) if not isinstance(columns, str) else columns
     standardize = SM_PARAMS.check("standardize", standardize, owner="pca")
+    if standardize != "none" and not (isinstance(bounds, Mapping) and not isinstance(columns, str)
+                                      and set(columns) <= set(bounds)):
+        raise ConfigError(f"The 'standardize' parameter of pca is {standardize!r}, which needs public 'bounds' for "
+                          "every column (each column is scaled by them).")
     if standardize == "mean":
         mean_share = SM_PARAMS.check("mean_share", mean_share, owner="pca")
         _check_mean_request(norm_bound, clipping_report, projection)
     prep = _prepare_matrix("pca", df, columns, dimension, bounds, allowed=PCA_MECHANISMS, **_shared(locals()))
     k = V.check_int("k", k, owner="pca", low=1, high=prep.d)
-    if standardize != "none" and not (prep.vec.scaled and isinstance(bounds, Mapping)
-                                      and set(columns if not isinstance(columns, str) else []) <= set(bounds)):
-        raise ConfigError(f"The 'standardize' parameter of pca is {standardize!r}, which needs public 'bounds' for "
-                          "every column (each column is scaled by them).")
     centre = None
     if standardize == "mean":
         shared = _shared(locals())

@@ -72,7 +72,6 @@ from spark_dp.second_moment._registry import MechanismPlan
 DEFAULT_MEAN_SHARE = 0.1
 #: Bisection steps for the mechanism's ε′ (on log ε′ over [ε/1000, ε]): the result errs low (more noise).
 _STEPS = 12
-_BOOTSTRAP_DRAWS = 4000
 
 
 def mean_l2_sensitivity(d: int, *, max_rows_per_unit: int = 1, neighbors: str = "add_remove") -> float:
@@ -193,32 +192,40 @@ def centred_norm_bound(mean: np.ndarray) -> float:
     return float(math.sqrt(float(np.sum((1.0 + np.abs(np.asarray(mean, dtype=np.float64))) ** 2))))
 
 
-def mean_uncertainty(noisy: np.ndarray, plan: CentrePlan, centres: np.ndarray, halves: np.ndarray, level: float,
-                     rng: np.random.Generator | None = None) -> dict[str, Uncertainty]:
-    """Intervals of the released ``mean`` (data units) and ``count``: the privacy noise, from public values only.
+def mean_uncertainty(noisy: np.ndarray, plan: CentrePlan, centres: np.ndarray, halves: np.ndarray,
+                     level: float) -> dict[str, Uncertainty]:
+    """Bounds on the released ``mean`` (data units) and the ``count``'s interval, from public values only.
 
-    The count: n̂ ± z·σ. The mean is a ratio of noisy values, clamped: a
-    parametric bootstrap (redraw (ŝ, n̂) from N(released, σ²I), apply the same
-    post-processing, take the (1 ± level)/2 quantiles of the draws around the
-    release, as a percentile-t about μ̂: μ̂ − (q − μ̂)); its standard error is
-    the draws' sd. Covers the noise (the mean of these rows), not the
-    sampling error of a population mean.
+    The count: n̂ ± z·σ (z the normal quantile at ``level``). The mean of
+    column i is the ratio sᵢ/n of two values released with noise N(0, σ²):
+    with probability ≥ ``level`` both lie within z′·σ of their release
+    (z′ at 1 − (1 − level)/4: a union bound over the two), and the ratio is
+    then between the extremes of (ŝᵢ ± z′σ)/(n̂ ± z′σ), clipped to the bounds
+    (the whole range when n̂ − z′σ < 1: the count's noise then dominates).
+    A ``bound`` (conservative per entry); the standard error is the delta
+    method's σ√(1 + μ̂ᵢ²)/max(n̂, 1) in the data's units. Covers the noise
+    (the mean of these rows), not the sampling error of a population mean.
     """
-    rng = rng if rng is not None else np.random.default_rng()
     sigma = plan.sigma
     noisy = np.asarray(noisy, dtype=np.float64)
-    q = NormalDist().inv_cdf(0.5 + level / 2.0)
-    draws = noisy[None, :] + rng.normal(0.0, sigma, size=(_BOOTSTRAP_DRAWS, noisy.size))
-    means = centres + halves * scaled_mean(draws)
-    released = centres + halves * scaled_mean(noisy)
-    lo_q, hi_q = np.quantile(means, [0.5 - level / 2.0, 0.5 + level / 2.0], axis=0)
-    low = np.maximum(2.0 * released - hi_q, centres - halves)
-    high = np.minimum(2.0 * released - lo_q, centres + halves)
-    count = np.array([noisy[-1]])
+    s_hat, n_hat = noisy[:-1], float(noisy[-1])
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    z2 = NormalDist().inv_cdf(1.0 - (1.0 - level) / 4.0)
+    n_lo, n_hi = n_hat - z2 * sigma, n_hat + z2 * sigma
+    if n_lo < 1.0:
+        low, high = -np.ones_like(s_hat), np.ones_like(s_hat)
+    else:
+        s_lo, s_hi = s_hat - z2 * sigma, s_hat + z2 * sigma
+        low = np.clip(np.minimum(s_lo / n_lo, s_lo / n_hi), -1.0, 1.0)
+        high = np.clip(np.maximum(s_hi / n_lo, s_hi / n_hi), -1.0, 1.0)
+    mean = scaled_mean(noisy)
+    stderr = halves * sigma * np.sqrt(1.0 + mean**2) / max(n_hat, 1.0)
+    count = np.array([n_hat])
     return {
-        "mean": Uncertainty(low, high, means.std(axis=0), (
-            "parametric bootstrap of the privacy noise: (sum, count) redrawn from N(released, sigma^2 I), the same "
-            "clamped ratio, basic percentile interval, clipped to the bounds"), covers="noise"),
-        "count": Uncertainty(count - q * sigma, count + q * sigma, np.array([sigma]),
+        "mean": Uncertainty(centres + halves * low, centres + halves * high, stderr, (
+            "bound: (sum, count) each within z' sigma of their release (union bound, z' at 1 - (1-level)/4), the "
+            "ratio's extremes over that box, clipped to the bounds; stderr by the delta method"), kind="bound",
+            covers="noise"),
+        "count": Uncertainty(count - z * sigma, count + z * sigma, np.array([sigma]),
                              "Gaussian noise of the count: released +- z sigma", covers="noise"),
     }
