@@ -230,7 +230,8 @@ def _release(
         scaling = vec.scaling(float(vec.norm_bound))
         centres = np.array([(b[0] + b[1]) / 2.0 for b in scaling.bounds])
         halves = np.array([(b[1] - b[0]) / 2.0 for b in scaling.bounds])
-        stated = {k: chosen.privacy[k] for k in ("noise_scale", "noise_sigma", "sensitivity") if k in chosen.privacy}
+        stated = {k: chosen.privacy[k] for k in ("noise_scale", "noise_sigma", "sensitivity")
+                  if chosen.privacy.get(k) is not None}
         arrays = {**noised.arrays, "mean": centres + halves * mean, "count": noisy[-1:].copy()}
         return Noised(arrays, {**noised.manifest, "centre": {
             "norm_bound": bound, "norm_bound_rule": "sqrt(sum_i (1 + |mean_i|)^2), mean in the scaled coordinates "
