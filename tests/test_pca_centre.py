@@ -88,7 +88,7 @@ def test_mean_centred_pca_matches_numpy_on_a_real_table(batting, tmp_path):
     assert np.all(np.abs(rel["mean"] - x.mean(axis=0)) <= 5 * rel.stderr("mean")) and np.all(low < high)
     # centring at the bounds' midpoint instead (free) gives another first component on this table
     mid = dp.pca(df, FEATURES, 1, epsilon=20.0, delta=1e-6, bounds=BOUNDS, standardize="bounds")
-    assert abs(mid["eigenvectors"][0] @ vecs[0]) < 0.999 or not real
+    assert abs(mid["eigenvectors"][0] @ vecs[0]) < 0.95 or not real  # 0.87 without noise
     # the manifest: the coordinates, the released mean's privacy, the centred rows' bound; one charge
     m = rel.manifest
     assert m["standardize"]["how"] == "mean" and m["params"]["standardize"] == "mean"

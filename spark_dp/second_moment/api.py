@@ -647,8 +647,8 @@ def pca(
 ) -> Release:
     """Top-k principal components of the private second-moment matrix.
 
-    (Uncentred: the eigenpairs of AᵀA; centre the data first, or add a
-    constant column, for covariance PCA.) With ``bounds`` (as for
+    (Uncentred: the eigenpairs of AᵀA; ``standardize="mean"`` below, or
+    data centred beforehand, for covariance PCA.) With ``bounds`` (as for
     :func:`second_moment`) the mechanism runs on the scaled vector and the
     released matrix is mapped back to the data's units exactly; the
     principal directions are those of that matrix, in the original
