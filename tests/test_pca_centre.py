@@ -97,6 +97,9 @@ def test_mean_centred_pca_matches_numpy_on_a_real_table(batting, tmp_path):
         (rel["mean"] - 0.0) / (np.array([BOUNDS[c][1] for c in FEATURES]) / 2) - 1.0))
     assert m["privacy"]["mean"]["sensitivity"] == pytest.approx(math.sqrt(len(FEATURES) + 1))
     assert dp.budget().releases == 2
+    again = dp.pca(df, FEATURES, 2, epsilon=20.0, delta=1e-6, bounds=BOUNDS, standardize="mean")
+    assert again.reused and dp.budget().releases == 2  # the same call spends once: the stored release, no new noise
+    np.testing.assert_array_equal(again["mean"], rel["mean"])
     # the matrix is the scatter about the released mean, in the data's units
     centred = x - rel["mean"]
     np.testing.assert_allclose(rel["matrix"], centred.T @ centred, rtol=0.05, atol=1e-3 * np.abs(centred.T @ centred).max())
@@ -261,6 +264,7 @@ def test_empty_and_nonfinite_input_release(spark, tmp_path):
     (dict(bounds="auto"), "standardize"),
     (dict(bounds=None, norm_bound=None), "standardize"),
     (dict(standardize="zscore"), "standardize"),
+    (dict(standardize="bounds", mean_share=0.2), "mean_share"),
 ])
 def test_bad_parameters_are_refused_before_anything_is_charged(batting, tmp_path, kwargs, name):
     df, _, _ = batting

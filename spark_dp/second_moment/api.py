@@ -643,7 +643,7 @@ def pca(
     clipping_report_share: float = DEFAULT_CLIPPING_SHARE,
     bounds_share: float = DEFAULT_BOUNDS_SHARE,
     standardize: str = "none",
-    mean_share: float = DEFAULT_MEAN_SHARE,
+    mean_share: float | None = None,
 ) -> Release:
     """Top-k principal components of the private second-moment matrix.
 
@@ -676,9 +676,9 @@ def pca(
 
     Args:
         standardize: ``none`` (default), ``bounds`` or ``mean`` (above).
-        mean_share: with ``standardize="mean"``, the mean's share of the
-            budget in (0, 1) (default 0.1; the mean needs little: its error
-            enters the centred matrix only to second order).
+        mean_share: with ``standardize="mean"`` only, the mean's share of
+            the budget in (0, 1) (default 0.1; the mean needs little: its
+            error enters the centred matrix only to second order).
         Others: as for :func:`second_moment`.
 
     Returns:
@@ -694,8 +694,12 @@ def pca(
                                       and set(columns) <= set(bounds)):
         raise ConfigError(f"The 'standardize' parameter of pca is {standardize!r}, which needs public 'bounds' for "
                           "every column (each column is scaled by them).")
+    if mean_share is not None and standardize != "mean":
+        raise ConfigError(f"The 'mean_share' parameter of pca applies to standardize 'mean' only. Got {mean_share!r} "
+                          f"with standardize {standardize!r}.")
     if standardize == "mean":
-        mean_share = SM_PARAMS.check("mean_share", mean_share, owner="pca")
+        mean_share = SM_PARAMS.check("mean_share", DEFAULT_MEAN_SHARE if mean_share is None else mean_share,
+                                     owner="pca")
         _check_mean_request(norm_bound, clipping_report, projection)
     prep = _prepare_matrix("pca", df, columns, dimension, bounds, allowed=PCA_MECHANISMS, **_shared(locals()))
     k = V.check_int("k", k, owner="pca", low=1, high=prep.d)
