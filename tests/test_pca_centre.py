@@ -96,6 +96,8 @@ def test_mean_centred_pca_matches_numpy_on_a_real_table(batting, tmp_path):
     assert m["centre"]["norm_bound"] == pytest.approx(centred_norm_bound(
         (rel["mean"] - 0.0) / (np.array([BOUNDS[c][1] for c in FEATURES]) / 2) - 1.0))
     assert m["privacy"]["mean"]["sensitivity"] == pytest.approx(math.sqrt(len(FEATURES) + 1))
+    assert list(m["centre"]["mean"].values()) == pytest.approx(list(rel["mean"]))
+    assert m["uncertainty"]["arrays"]["mean"]["kind"] == "bound"  # recorded with its method
     assert dp.budget().releases == 2
     again = dp.pca(df, FEATURES, 2, epsilon=20.0, delta=1e-6, bounds=BOUNDS, standardize="mean")
     assert again.reused and dp.budget().releases == 2  # the same call spends once: the stored release, no new noise

@@ -221,6 +221,8 @@ def _release(
 
     def centred_noise(gram, cp: Chokepoint) -> Noised:
         assert centre is not None
+        if vec.constant_at != vec.size - 1 or not vec.fully_bounded:
+            raise RuntimeError("bug: centring needs every column bounded and the constant column last")
         mean, _, noisy = release_mean(cp, centre, gram)
         bound = centred_norm_bound(mean)
         chosen = plan_for(bound)
@@ -234,6 +236,8 @@ def _release(
                   if chosen.privacy.get(k) is not None}
         arrays = {**noised.arrays, "mean": centres + halves * mean, "count": noisy[-1:].copy()}
         return Noised(arrays, {**noised.manifest, "centre": {
+            "mean": dict(zip(vec.names, (float(v) for v in arrays["mean"]), strict=True)),
+            "mean_units": "the data's (also the payload array 'mean', with its bound; 'count' the noisy row count)",
             "norm_bound": bound, "norm_bound_rule": "sqrt(sum_i (1 + |mean_i|)^2), mean in the scaled coordinates "
             "(clamped to [-1, 1]): no centred row is longer", **stated}},
             {**noised.uncertainty, **mean_uncertainty(noisy, centre, centres, halves, confidence_of(request))})
