@@ -249,10 +249,9 @@ def test_empty_and_nonfinite_input_release(spark, tmp_path):
     rel = dp.pca(empty, ["ab", "r"], 1, epsilon=1.0, delta=1e-6, bounds=bounds, standardize="mean")
     assert np.all((rel["mean"] >= 0) & (rel["mean"] <= [720.0, 190.0])) and np.isfinite(rel["eigenvalues"]).all()
     nan = spark.createDataFrame([(float("nan"), 3.0), (None, 1.0), (10.0, float("inf"))], "ab double, r double")
-    for policy in ("drop", "zero"):
-        rel = dp.pca(nan, ["ab", "r"], 1, epsilon=1.0, delta=1e-6, bounds=bounds, standardize="mean",
-                     nonfinite=policy)
-        assert np.isfinite(rel["mean"]).all() and rel.manifest["policies"]["nonfinite"].startswith(policy)
+    # (with "drop" every row goes: the empty case above; the neighbour search runs both policies)
+    rel = dp.pca(nan, ["ab", "r"], 1, epsilon=1.0, delta=1e-6, bounds=bounds, standardize="mean", nonfinite="zero")
+    assert np.isfinite(rel["mean"]).all() and rel.manifest["policies"]["nonfinite"].startswith("zero")
 
 
 @pytest.mark.parametrize("kwargs,name", [
