@@ -376,6 +376,9 @@ _CACHED = {
                                    "histogram_table_parquet", "dyadic_tables", "dyadic_tables_parquet"),
 }
 _GRAMS = ("gram_matrix", "gram_matrix_parquet")
+#: Recorded, not cached: PCA's ``standardize="mean"`` derives the centred Gram on the driver from the exact Gram
+#: and the released mean; the Sheffet mechanisms' proofs are then about that matrix, at the centred rows' bound.
+_RECORDED = {"spark_dp.second_moment.api": ("centred_gram",)}
 
 
 def jl_projected_gram(args: tuple, kwargs: dict, projected: np.ndarray) -> np.ndarray:
@@ -444,11 +447,26 @@ class AggregateCache:
             for name in names:
                 saved.append((module, name, getattr(module, name)))
                 setattr(module, name, self._wrap(name, getattr(module, name)))
+        for module_name, names in _RECORDED.items():
+            module = importlib.import_module(module_name)
+            for name in names:
+                saved.append((module, name, getattr(module, name)))
+                setattr(module, name, self._record_centred(getattr(module, name)))
         try:
             yield self
         finally:
             for module, name, fn in saved:
                 setattr(module, name, fn)
+
+    def _record_centred(self, fn):
+        """The centred Gram Σ(a − μ̂)(a − μ̂)ᵀ with its stated bound B_c = √Σ(1 + |μ̂ᵢ|)² (μ̂ replayed on D′)."""
+        from spark_dp.second_moment.centre import centred_norm_bound
+
+        def wrapped(gram, mean, *args, **kwargs):
+            out = fn(gram, mean, *args, **kwargs)
+            self.grams.append((np.array(out, dtype=float, copy=True), centred_norm_bound(mean)))
+            return out
+        return wrapped
 
     def _wrap(self, name: str, fn):
         def wrapped(*args, **kwargs):

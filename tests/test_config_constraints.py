@@ -51,7 +51,7 @@ BAD = {  # task-specific key: invalid value
     "heavy_hitters": {"top": 0}, "repetitions": 0, "nulls": "keep", "unit_clipping": "l3", "unit_l2_bound": 0.0,
     "weight": 3, "label": 3, "entry_scale": 0.0, "bounds": {"x1": [1, 0]}, "fit_intercept": "yes",
     "norm_bound_share": 1.0, "norm_bound_quantile": 0.0, "clipping_report": "yes", "clipping_report_share": 1.0,
-    "bounds_share": 1.0,
+    "bounds_share": 1.0, "mean_share": 1.0,
 }
 NAMED = {"heavy_hitters": "params.heavy_hitters.top"}  # keys whose error names a nested key
 

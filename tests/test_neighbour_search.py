@@ -23,8 +23,11 @@ by at most m clipped rows of norm ≤ B (added or removed; both under
 ``projection="rows"``, the Gram of the rows the projection R·A read,
 recovered from R·A; whitened tensor rows: M2's stated Δ, then the passes'
 Δ = f·m·√L·B_y³ evaluated on the released M2. Parameter variants searched
-besides the registry entries: ``jl_ridge`` with ``projection="rows"`` and
-tensor rows with ``whiten=True`` in both modes (:func:`expected_parameters`).
+besides the registry entries: ``jl_ridge`` with ``projection="rows"``,
+tensor rows with ``whiten=True`` in both modes, and every PCA entry with
+``standardize="mean"`` (the private mean's Gaussian, then the Gram of the
+rows centred at it, checked at the centred rows' bound B_c computed from the
+replayed mean; :func:`expected_parameters`).
 
 Profiles: ``SPARK_DP_SEARCH_PROFILE=fast`` (default, ``make test``): the seed
 examples (one per family variant) and a few derandomised draws;
@@ -92,7 +95,7 @@ def _second_moment_calls(variant: str, neighbors: str, m: int, unit: str | None)
     for name, spec in MECHANISMS.items():
         if m > 1 and not spec.units:
             continue  # refused (ConfigError): its proof is for one row per unit
-        task = {"pca": "pca", "intercept": "linear_regression"}.get(variant)
+        task = {"pca": "pca", "pca_mean": "pca", "intercept": "linear_regression"}.get(variant)
         if task is None:
             task = "second_moment" if "second_moment" in spec.tasks else "linear_regression"
         if task not in spec.tasks:
@@ -114,6 +117,8 @@ def _second_moment_calls(variant: str, neighbors: str, m: int, unit: str | None)
             kw.update(bounds={c: BOUNDS[c] for c in cols}, norm_bound=None, clipping_report=True)
         elif variant == "intercept":
             kw.update(clipping_report=True)
+        elif variant == "pca_mean":  # centred at a private mean: its Gaussian, then the centred matrix at B_c
+            kw.update(bounds={c: BOUNDS[c] for c in COLUMNS}, norm_bound=None, standardize="mean")
         elif variant == "rows_projection":  # JL drawn per data row on the executors (not from the exact Gram)
             if "projection" not in spec.params:
                 continue
@@ -168,7 +173,7 @@ def _tensor_rows_calls(variant: str, neighbors: str, m: int, unit: str | None) -
 
 VARIANTS = {
     "second_moment": ("plain", "clipping_report", "norm_bound_auto", "bounds_auto", "bounds", "intercept", "pca",
-                      "rows_projection"),
+                      "rows_projection", "pca_mean"),
     "sketch": ("unweighted", "weighted", "sketch_l2", "dyadic"),
     "tensor_rows": ("reuse", "fresh", "whiten-reuse", "whiten-fresh"),
 }
@@ -199,6 +204,8 @@ def _parameters(family: str, call: Call) -> set[tuple[str, str, str]]:
         out.add((family, kw["mechanism"], "projection=rows"))
     if kw.get("whiten"):
         out.add((family, kw["mechanism"], f"whiten+{kw['mode']}"))
+    if kw.get("standardize") == "mean":
+        out.add((family, kw["mechanism"], "standardize=mean"))
     return out
 
 
@@ -216,6 +223,7 @@ def expected_parameters() -> set[tuple[str, str, str]]:
     from spark_dp.tensor.mechanisms import REGISTRY as TE
 
     out = {("second_moment", n, "projection=rows") for n, s in SM.items() if "projection" in s.params}
+    out |= {("second_moment", n, "standardize=mean") for n, s in SM.items() if "pca" in s.tasks}
     out |= {("tensor_rows", n, f"whiten+{mode}") for n, s in TE.items()
             if s.rows is not None and s.rows.plan is not None and s.rows.run_whitened is not None
             for mode in ("reuse", "fresh")}
@@ -400,7 +408,16 @@ def _seeds(family: str) -> list[Pair]:
         only = (fresh or names)[0] if fresh else names[i % len(names)]
         ran.append(only)
         out.append(_seed(family, v, rel, m, "uid", path, None if PROFILE == "audit" else only))
+        if v in EVERY_ENTRY.get(family, ()) and PROFILE != "audit":
+            # every entry on one pair (their Spark passes are shared), at row level; then the other relation at m = 3
+            out[-1] = _seed(family, v, rel, 1, None, path, None)
+            out.append(_seed(family, v, RELATIONS[(i + 1) % 2], MS[-1], "uid", ("spark", "parquet")[i % 2], None))
     return out
+
+
+#: Variants whose seeds run every registry entry in the fast profile (a parameter that changes every entry's
+#: privacy path: PCA centred at a private mean), on two pairs: both relations, m = 1 (row level) and m = 3.
+EVERY_ENTRY = {"second_moment": ("pca_mean",)}
 
 
 def test_fast_seeds_run_every_registry_entry():
@@ -408,15 +425,22 @@ def test_fast_seeds_run_every_registry_entry():
     if PROFILE == "audit":
         pytest.skip("the audit profile runs every entry on every pair")
     for family in VARIANTS:
-        ran = {p.only for p in _seeds(family)}
+        ran = {n for p in _seeds(family) for n in _seed_entries(p)}
         every = {c.kwargs["mechanism"] for v in VARIANTS[family] for rel in RELATIONS for m in MS
                  for c in CALLS[family](v, rel, m, "uid")}
         assert ran == every, (family, sorted(every - ran))
     # and every parameter variant (JL per data row, whitened tensor rows in both modes)
     seeded = {p for family in VARIANTS for pair in _seeds(family)
               for c in CALLS[family](pair.variant, pair.neighbors, pair.m, pair.unit)
-              if c.kwargs["mechanism"] == pair.only for p in _parameters(family, c)}
+              if pair.only in (None, c.kwargs["mechanism"]) for p in _parameters(family, c)}
     assert expected_parameters() <= seeded, sorted(expected_parameters() - seeded)
+
+
+def _seed_entries(pair: Pair) -> set[str]:
+    """The registry entries a seed runs: its ``only``, or (None) every entry its variant takes at its m."""
+    if pair.only is not None:
+        return {pair.only}
+    return {c.kwargs["mechanism"] for c in CALLS[pair.family](pair.variant, pair.neighbors, pair.m, pair.unit)}
 
 
 def _with_seeds(family: str):

@@ -16,7 +16,9 @@ Config (``params`` keys per task; all optional unless stated)::
              norm_bound_share: 0.1, norm_bound_quantile: 0.95,   # norm_bound: auto only (regression: 0.5)
              clipping_report: false, clipping_report_share: 0.05,  # opt-in: the private share of clipped rows
              bounds_share: 0.1,     # dataset.bounds: auto only
-             k: 3}                  # pca only (required)
+             k: 3,                  # pca only (required)
+             standardize: none,     # pca only: none | bounds | mean (both need dataset.bounds for every column;
+             mean_share: 0.1}       # mean: no privacy.norm_bound; mean_share = the private mean's budget share)
 
 ``params.fit_intercept`` defaults to true when ``dataset.bounds`` is given and
 to false otherwise (the API's default is true): a config written before
@@ -32,6 +34,7 @@ from spark_dp import params as P
 from spark_dp.cli.tasks import TaskSpec, register
 from spark_dp.errors import ConfigError
 from spark_dp.privacy.quantile import BoundsPlan, plan_quantile
+from spark_dp.second_moment.centre import DEFAULT_MEAN_SHARE, plan_centre
 from spark_dp.second_moment.clipping import DEFAULT_SHARE as CLIPPING_SHARE
 from spark_dp.second_moment.clipping import check_shares, plan_clipping_report
 from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
@@ -126,7 +129,41 @@ def _plan_for(config):
     return plan_for, nb, quantile, clipping, auto_bounds
 
 
+def _mean_centred(config) -> bool:
+    return config.task == "pca" and config.params.get("standardize", "none") == "mean"
+
+
+def _centre_plan(config):
+    """``params.standardize: mean``: the mean's plan and the mechanism's on the d centred columns (as the API's)."""
+    p, priv = config.params, config.privacy
+    if priv.norm_bound is not None:
+        raise ConfigError("The 'privacy.norm_bound' parameter of the config must be omitted with params.standardize "
+                          "'mean' (the centred rows' bound follows from the bounds and the released mean).")
+    for key, bad in (("clipping_report", p.get("clipping_report", False)),
+                     ("projection", p.get("projection", "gram") != "gram")):
+        if bad:
+            raise ConfigError(f"The 'params.{key}' parameter of the config is not supported with params.standardize "
+                              "'mean' (clipping_report false, projection gram).")
+    d = _dimension(config)
+
+    def planner(eps: float, dlt: float):
+        return bound_planner(
+            config.mechanism, size=d, epsilon=eps, quantile=None, owner=OWNER, delta=dlt, neighbors=priv.neighbors,
+            max_rows_per_unit=config.dataset.max_rows_per_unit, postprocess=p.get("postprocess", "none"),
+            projection_rows=p.get("projection_rows"), dof=p.get("dof"), public_n=p.get("public_n"),
+            prior_dof=p.get("prior_dof"), calibration=p.get("calibration", "exact"),
+            row_ids=p.get("row_ids", "content"), projection=p.get("projection", "gram"))
+
+    return plan_centre(planner, d=d, epsilon=priv.epsilon, delta=priv.delta,
+                       share=p.get("mean_share", DEFAULT_MEAN_SHARE), neighbors=priv.neighbors,
+                       max_rows_per_unit=config.dataset.max_rows_per_unit, owner=OWNER)
+
+
 def _plan(config):
+    if _mean_centred(config):  # the mean's Gaussian, then the mechanism's events (as the API charges them)
+        _plan_for(config)  # the shared checks (bounds, mechanism parameters at d + 1)
+        centre, plan_for = _centre_plan(config)
+        return [centre.event, *plan_for(1.0).events]
     return release_events(*_plan_for(config))
 
 
@@ -145,10 +182,14 @@ def _check(config) -> None:
         if "k" not in config.params:
             raise ConfigError("Missing required key 'params.k' in the config (task pca).")
         V.check_int("params.k", config.params["k"], owner=OWNER, low=1, high=_dimension(config))
-        if config.params.get("standardize", "none") == "bounds" and not isinstance(
-                config.dataset.extra.get("bounds"), dict):
-            raise ConfigError("The 'params.standardize' parameter of the config is 'bounds', which needs public "
+        std = config.params.get("standardize", "none")
+        if std != "none" and not (isinstance(config.dataset.extra.get("bounds"), dict)
+                                  and set(config.dataset.columns) <= set(config.dataset.extra["bounds"])):
+            raise ConfigError(f"The 'params.standardize' parameter of the config is {std!r}, which needs public "
                               "'dataset.bounds' for every column.")
+    if "mean_share" in config.params and not _mean_centred(config):
+        raise ConfigError("The 'params.mean_share' parameter of the config applies to task pca with "
+                          "params.standardize 'mean' only.")
     bounds = config.dataset.extra.get("bounds")
     if bounds is not None and bounds != "auto":
         names = list(config.dataset.columns) + [config.dataset.extra.get("label")]
@@ -209,6 +250,7 @@ def _run_pca(session, config, spark):
 
     return pca(session, _read(config, spark), list(config.dataset.columns), config.params["k"],
                dimension=config.dataset.dimension, standardize=config.params.get("standardize", "none"),
+               **({"mean_share": config.params["mean_share"]} if "mean_share" in config.params else {}),
                **_common_kwargs(config))
 
 
@@ -239,7 +281,8 @@ REGRESSION_SPEC = register(TaskSpec(
 PCA_SPEC = register(TaskSpec(
     name="pca",
     mechanisms=PCA_MECHANISMS,
-    params={**_COMMON_PARAMS, "k": P.validator("k", OWNER), "standardize": SM_PARAMS.validator("standardize", OWNER)},
+    params={**_COMMON_PARAMS, "k": P.validator("k", OWNER), "standardize": SM_PARAMS.validator("standardize", OWNER),
+            "mean_share": SM_PARAMS.validator("mean_share", OWNER)},
     plan=_plan,
     run=_run_pca,
     dataset_keys={"bounds": P.validator("bounds", OWNER)},

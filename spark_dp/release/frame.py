@@ -77,6 +77,10 @@ def axis_labels(release: Release, name: str) -> list[tuple[str, list[Any] | None
             return [("feature", features)]
         if name == "intercept":
             return [("feature", ["intercept"] * n)]
+        if name == "mean" and features is not None and n == len(features):  # PCA's standardize="mean"
+            return [("feature", features)]
+        if name == "count":
+            return [("quantity", ["count"] * n)]
         if name == "eigenvalues":
             return [("component", None)]
         if name == "xty" and (names := _regression_inputs(release, n)) is not None:

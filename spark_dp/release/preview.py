@@ -333,6 +333,8 @@ def _predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], pri
 
     level = confidence_of(request)
     norm_bound = request.get("norm_bound")
+    if task == "pca" and (request.get("params") or {}).get("standardize") == "mean":
+        return _centred_pca(request, privacy, level, n)
     if (task in ("second_moment", "linear_regression", "pca") and _num(norm_bound) is None
             or task == "tensor_decomposition" and norm_bound == "auto"):
         return {"level": level, "predicted": False,
@@ -648,6 +650,25 @@ def _pca(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
                                      "ratio": bound / _typical(request, n),
                                      "assumption": "an eigenvalue of A^T A about n B^2 / d"}
     return out
+
+
+def _centred_pca(request, privacy, level, n) -> dict[str, Any]:
+    """PCA centred at a private mean: the mean's noise is public; the matrix's depends on the released mean."""
+    from statistics import NormalDist
+
+    mean = privacy.get("mean") or {}
+    sigma = float(mean.get("noise_sigma", "nan"))
+    d = int(request.get("dimension") or 0)
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    return {"level": level, "predicted": False, "what": "eigenvalues", "method": None, "why": (
+        "standardize 'mean': the centred rows' norm bound B_c = sqrt(sum (1 + |mean_i|)^2) comes from the released "
+        f"mean, between sqrt(d) = {math.sqrt(d):.4g} (mean at the bounds' midpoint) and 2 sqrt(d) = "
+        f"{2 * math.sqrt(d):.4g}, so the matrix's noise scale is known only after the release (its sensitivity "
+        "grows with B_c^2); the mean's own noise is below"),
+        "mean": {"noise_sigma": sigma, "count_half_width": z * sigma,
+                 "mean_stderr_scaled_at_n": None if n is None else sigma * math.sqrt(2.0) / n,
+                 "note": "the mean in the scaled coordinates ([-1, 1] per column) has stderr about "
+                         "sigma sqrt(1 + mean^2) / n <= sigma sqrt(2) / n"}}
 
 
 def _sketch(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:

@@ -363,6 +363,13 @@ def uncertainty_section(release: Release, *, entries: int = ENTRIES) -> list[str
     if (std := release.manifest.get("standardize")):
         lines += [f"Eigenvalues and eigenvectors are standardised (`standardize: {std['how']}`): {std['coordinates']}.",
                   ""]
+    if (centre := release.manifest.get("centre")) and (mean := (release.manifest.get("privacy") or {}).get("mean")):
+        lines += [f"Centred at the released mean (its Gaussian: share {_fmt(mean['share'])} of the budget, "
+                  f"sigma {_fmt(float(mean['noise_sigma']))}, L2 sensitivity {_fmt(float(mean['sensitivity']))}; "
+                  f"the PCA mechanism at epsilon {_fmt(float(mean['mechanism_epsilon']))}): the centred rows' norm "
+                  f"bound is {_fmt(float(centre['norm_bound']))}"
+                  + "".join(f", {k.replace('_', ' ')} {_fmt(float(centre[k]))}" for k in ("sensitivity", "noise_sigma")
+                            if isinstance(centre.get(k), int | float)) + ".", ""]
     hh = release.manifest.get("heavy_hitters") or {}
     if "false_positive_rate" in hh:
         lines += [f"Heavy-hitter threshold {_fmt(float(hh['threshold']))}: false-positive rate "
@@ -416,7 +423,7 @@ def _axis_names(release: Release, d: int) -> list[str] | None:
 
 def _entry_labels(release: Release, name: str, shape: tuple):
     """A function from an entry's index to its label (a feature, ``x1 × y``, ``component 2, x3``, …)."""
-    if name == "coefficients" and len(shape) == 1:
+    if name in ("coefficients", "mean") and len(shape) == 1:  # mean: PCA's standardize="mean", one per column
         names = _feature_names(release, shape[0])
         return lambda ix: names[ix[0]]
     if name == "intercept":

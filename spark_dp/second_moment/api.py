@@ -59,6 +59,15 @@ from spark_dp.second_moment._prepare import (  # noqa: F401 - the defaults are r
     prepare,
 )
 from spark_dp.second_moment._registry import MechanismPlan
+from spark_dp.second_moment.centre import (
+    DEFAULT_MEAN_SHARE,
+    CentrePlan,
+    centred_gram,
+    centred_norm_bound,
+    mean_uncertainty,
+    plan_centre,
+    release_mean,
+)
 from spark_dp.second_moment.clipping import release_clipping
 from spark_dp.second_moment.intervals import regression_intervals
 from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the API's names for the registry
@@ -67,6 +76,7 @@ from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the
     REGRESSION_MECHANISMS,
     SECOND_MOMENT_MECHANISMS,
     THEOREM_NEIGHBORS,
+    bound_planner,
     default_projection_rows,
     plan_mechanism,
     release_events,
@@ -74,7 +84,12 @@ from spark_dp.second_moment.mechanisms import (  # noqa: F401 - re-exported: the
 from spark_dp.second_moment.mechanisms import PARAMS as SM_PARAMS
 from spark_dp.second_moment.pca import principal_components
 from spark_dp.second_moment.regression import regression_coefficients, solve_normal_equations
-from spark_dp.second_moment.uncertainty import adassp_uncertainty, matrix_offset, pca_uncertainty
+from spark_dp.second_moment.uncertainty import (
+    adassp_uncertainty,
+    matrix_offset,
+    matrix_uncertainty,
+    pca_uncertainty,
+)
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -103,10 +118,14 @@ def _prepare_matrix(owner: str, df: DataFrame, columns, dimension, bounds, **kw:
 def _release(
     session: DPSession, df: DataFrame, prep: Prepared, *, task: str, request: dict,
     finish: Callable[[Any, float, MechanismPlan, Prepared], Noised], release_id, dimension, config_sha256, extra: dict,
-    source_paths: Sequence[str] | None = None,
+    source_paths: Sequence[str] | None = None, centre: CentrePlan | None = None,
 ) -> Release:
     """Runs the prepared release: the exact summary (a Gram pass, the JL projection, or with ``auto`` the
     row-norm histogram first), the charge, the noise, then ``finish`` (the family's post-processing).
+
+    ``centre`` (PCA's ``standardize="mean"``): the summary is the exact Gram of [a; 1]; the noise step first
+    releases the mean (:mod:`spark_dp.second_moment.centre`), then ``prep.plan_for`` (the mechanism on the d
+    centred columns) at the centred rows' bound B_c, and ``finish`` gets the centred release.
     """
     vec, plan_for = prep.vec, prep.plan_for
     nonfinite, privacy_unit, max_rows_per_unit = prep.nonfinite, prep.privacy_unit, prep.max_rows_per_unit
@@ -170,6 +189,8 @@ def _release(
             **vec.clipping.manifest(), "norm_bound": norm_bound}}, {**noised.uncertainty, **uncertainty})
 
     def noise(summary, cp: Chokepoint) -> Noised:
+        if centre is not None:
+            return centred_noise(summary, cp)
         if vec.auto_bounds is not None:
             chosen_bounds = private_bounds(cp, vec.auto_bounds, summary)
             collapsed = collapsed_columns(chosen_bounds)
@@ -198,6 +219,29 @@ def _release(
                                           "bounded: no row norm exceeds sqrt(d))"} if vec.fully_bounded else {}),
             "selected_quantile": chosen_q, "norm_bound": norm_bound, **stated}}, noised.uncertainty)
 
+    def centred_noise(gram, cp: Chokepoint) -> Noised:
+        assert centre is not None
+        if vec.constant_at != vec.size - 1 or not vec.fully_bounded:
+            raise RuntimeError("bug: centring needs every column bounded and the constant column last")
+        mean, _, noisy = release_mean(cp, centre, gram)
+        bound = centred_norm_bound(mean)
+        chosen = plan_for(bound)
+        if list(chosen.events) != list(plan.events):
+            raise RuntimeError("bug: the mechanism's events changed with the centred rows' bound")
+        noised = finish(chosen.noise(centred_gram(gram, mean), cp), bound, chosen, prep)
+        scaling = vec.scaling(float(vec.norm_bound))
+        centres = np.array([(b[0] + b[1]) / 2.0 for b in scaling.bounds])
+        halves = np.array([(b[1] - b[0]) / 2.0 for b in scaling.bounds])
+        stated = {k: chosen.privacy[k] for k in ("noise_scale", "noise_sigma", "sensitivity")
+                  if chosen.privacy.get(k) is not None}
+        arrays = {**noised.arrays, "mean": centres + halves * mean, "count": noisy[-1:].copy()}
+        return Noised(arrays, {**noised.manifest, "centre": {
+            "mean": dict(zip(vec.names, (float(v) for v in arrays["mean"]), strict=True)),
+            "mean_units": "the data's (also the payload array 'mean', with its bound; 'count' the noisy row count)",
+            "norm_bound": bound, "norm_bound_rule": "sqrt(sum_i (1 + |mean_i|)^2), mean in the scaled coordinates "
+            "(clamped to [-1, 1]): no centred row is longer", **stated}},
+            {**noised.uncertainty, **mean_uncertainty(noisy, centre, centres, halves, confidence_of(request))})
+
     privacy = {**plan.privacy, "privacy_unit": privacy_unit or "row",
                "privacy_unit_column": privacy_unit, "max_rows_per_unit": max_rows_per_unit}
     if vec.quantile is not None:
@@ -209,6 +253,15 @@ def _release(
                    **({} if vec.clipping is None else {"clipping_report_epsilon": vec.clipping.epsilon}),
                    **({} if vec.auto_bounds is None else {"bounds_epsilon": vec.auto_bounds.epsilon})}
     events = tuple(release_events(plan_for, vec.norm_bound, vec.quantile, vec.clipping, vec.auto_bounds))
+    if centre is not None:  # the mean's Gaussian first; the mechanism's events do not depend on B (plan_centre)
+        one, two = plan_for(1.0).privacy, plan_for(2.0).privacy
+        later = "chosen with the centred rows' bound: see centre"
+        privacy = {**{k: (later if one[k] != two.get(k) else v) for k, v in one.items()},
+                   "privacy_unit": privacy_unit or "row", "privacy_unit_column": privacy_unit,
+                   "max_rows_per_unit": max_rows_per_unit, "epsilon": request["epsilon"],
+                   "mechanism_epsilon": centre.mechanism_epsilon, "mechanism_delta": centre.mechanism_delta,
+                   "mean": centre.manifest()}
+        events = (centre.event, *events)
     return run_release(session, ReleasePlan(
         task=task, mechanism=plan.mechanism, release_id=release_id, request=request, events=events,
         budget=Budget(request["epsilon"], request["delta"]), compute=compute, noise=noise, privacy=privacy,
@@ -594,11 +647,12 @@ def pca(
     clipping_report_share: float = DEFAULT_CLIPPING_SHARE,
     bounds_share: float = DEFAULT_BOUNDS_SHARE,
     standardize: str = "none",
+    mean_share: float | None = None,
 ) -> Release:
     """Top-k principal components of the private second-moment matrix.
 
-    (Uncentred: the eigenpairs of AᵀA; centre the data first, or add a
-    constant column, for covariance PCA.) With ``bounds`` (as for
+    (Uncentred: the eigenpairs of AᵀA; ``standardize="mean"`` below, or
+    data centred beforehand, for covariance PCA.) With ``bounds`` (as for
     :func:`second_moment`) the mechanism runs on the scaled vector and the
     released matrix is mapped back to the data's units exactly; the
     principal directions are those of that matrix, in the original
@@ -609,32 +663,88 @@ def pca(
     eigenpairs of the scaled vector, each column centred at its bounds'
     midpoint and divided by their half-range (so it lies in [-1, 1]); no
     column dominates by its units. Centring at the midpoint is free (public
-    bounds); centring at the data's mean is not offered (it would be a
-    function of the constant column's noisy sums and n, with its own error
-    analysis). The released ``matrix`` stays in the data's units; the
+    bounds). The released ``matrix`` stays in the data's units; the
     manifest's ``standardize`` says which coordinates the eigenpairs are in.
+
+    ``standardize="mean"`` (needs public ``bounds`` for every column; no
+    ``norm_bound``) centres at the data's mean instead, released privately,
+    and scales by the bounds' half-width: the eigenpairs are those of
+    Σ(z − z̄)(z − z̄)ᵀ with z = (x − (lo+hi)/2)/((hi−lo)/2) and z̄ the
+    released mean — what scikit-learn's PCA does after scaling by the
+    half-width. One release, one charge, one Spark pass: the mean's
+    Gaussian gets ``mean_share`` of the budget (μ-GDP terms), the mechanism
+    the rest under exact composition; the centred rows' norm bound follows
+    from the bounds and the released mean. Neighbours, sensitivities and the
+    split: :mod:`spark_dp.second_moment.centre`. Not with
+    ``clipping_report`` or ``projection="rows"``.
+
+    Args:
+        standardize: ``none`` (default), ``bounds`` or ``mean`` (above).
+        mean_share: with ``standardize="mean"`` only, the mean's share of
+            the budget in (0, 1) (default 0.1; the mean needs little: its
+            error enters the centred matrix only to second order).
+        Others: as for :func:`second_moment`.
 
     Returns:
         A :class:`Release` with ``eigenvalues`` (k,), ``eigenvectors``
-        (k, d; row i = component i) and ``matrix`` (d, d).
+        (k, d; row i = component i) and ``matrix`` (d, d); with
+        ``standardize="mean"`` also ``mean`` (d,; the data's units) and
+        ``count`` (1,; the noisy row count), and ``matrix`` is then
+        Σ(x − mean)(x − mean)ᵀ in the data's units.
     """
     columns = list(columns) if not isinstance(columns, str) else columns
+    standardize = SM_PARAMS.check("standardize", standardize, owner="pca")
+    if standardize != "none" and not (isinstance(bounds, Mapping) and not isinstance(columns, str)
+                                      and set(columns) <= set(bounds)):
+        raise ConfigError(f"The 'standardize' parameter of pca is {standardize!r}, which needs public 'bounds' for "
+                          "every column (each column is scaled by them).")
+    if mean_share is not None and standardize != "mean":
+        raise ConfigError(f"The 'mean_share' parameter of pca applies to standardize 'mean' only. Got {mean_share!r} "
+                          f"with standardize {standardize!r}.")
+    if standardize == "mean":
+        mean_share = SM_PARAMS.check("mean_share", DEFAULT_MEAN_SHARE if mean_share is None else mean_share,
+                                     owner="pca")
+        _check_mean_request(norm_bound, clipping_report, projection)
     prep = _prepare_matrix("pca", df, columns, dimension, bounds, allowed=PCA_MECHANISMS, **_shared(locals()))
     k = V.check_int("k", k, owner="pca", low=1, high=prep.d)
-    standardize = SM_PARAMS.check("standardize", standardize, owner="pca")
-    if standardize == "bounds" and not (prep.vec.scaled and isinstance(bounds, Mapping)
-                                        and set(columns if not isinstance(columns, str) else []) <= set(bounds)):
-        raise ConfigError("The 'standardize' parameter of pca is 'bounds', which needs public 'bounds' for every "
-                          "column (each column is scaled by them).")
-    params = {**prep.params, "k": k, **({"standardize": standardize} if standardize != "none" else {})}
+    centre = None
+    if standardize == "mean":
+        shared = _shared(locals())
+        mech_kw = {n: shared[n] for n in ("neighbors", "max_rows_per_unit", "postprocess", "projection_rows", "dof",
+                                          "public_n", "prior_dof", "calibration", "row_ids", "projection")}
+
+        def planner(eps: float, dlt: float):
+            return bound_planner(mechanism, size=prep.d, epsilon=eps, quantile=None, owner="pca", delta=dlt,
+                                 **mech_kw)
+
+        centre, plan_for = plan_centre(planner, d=prep.d, epsilon=prep.epsilon, delta=prep.delta, share=mean_share,
+                                       neighbors=neighbors, max_rows_per_unit=prep.max_rows_per_unit)
+        prep = dataclasses.replace(prep, plan_for=plan_for, params=plan_for(1.0).params)
+    params = {**prep.params, "k": k, **({"standardize": standardize} if standardize != "none" else {}),
+              **({"mean_share": mean_share} if standardize == "mean" else {})}
     request = prep.request(session, "pca", columns, prep.d, params=params, confidence=confidence,
                            config_sha256=config_sha256)
 
     def finish(released, norm_bound: float, plan: MechanismPlan, prep: Prepared) -> Noised:
-        matrix = prep.data_matrix(released, norm_bound)
         level = confidence_of(request)
-        uncertainty = prep.data_matrix_uncertainty(plan, released, norm_bound, level)
         vec = prep.vec
+        if standardize == "mean":  # released: the centred second moment in the standardised coordinates (d, d)
+            halves = np.diag(vec.scaling(1.0).scales())
+            vals, vecs = principal_components(released, k)
+            found, accuracy = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, released, vals, vecs,
+                                              norm_bound, level)
+            u = matrix_uncertainty(plan.mechanism, plan.privacy, plan.params, released, norm_bound, level,
+                                   transform=halves)
+            return Noised({"eigenvalues": vals, "eigenvectors": vecs, "matrix": halves @ released @ halves},
+                          {"accuracy": accuracy, "standardize": {
+                              "how": "mean", "coordinates": "each column centred at its released mean (array "
+                              "'mean') and divided by its bounds' half-range ((v - mean) / ((hi-lo)/2)); eigenvalues "
+                              "and eigenvectors are in these coordinates (sums over the rows: divide by 'count' for "
+                              "variances), the matrix is sum (x - mean)(x - mean)^T in the data's units",
+                              "bounds": {c: list(b) for c, b in bounds.items()}}},
+                          uncertainty={**({} if u is None else {"matrix": u}), **found})
+        matrix = prep.data_matrix(released, norm_bound)
+        uncertainty = prep.data_matrix_uncertainty(plan, released, norm_bound, level)
         extra: dict[str, Any] = {}
         if standardize == "bounds":  # the scaled coordinates: the release in the noise's units, constant dropped
             t = np.delete(np.eye(vec.size), vec.constant_at, axis=0)
@@ -653,5 +763,18 @@ def pca(
 
     return _release(session, df, prep, task="pca", request=request, finish=finish, release_id=release_id,
                     dimension=dimension, config_sha256=config_sha256, extra=prep.extra(columns, params),
-                    source_paths=source_paths)
+                    source_paths=source_paths, centre=centre)
+
+
+def _check_mean_request(norm_bound, clipping_report, projection) -> None:
+    """``standardize="mean"``'s own refusals (ConfigError naming the parameter; nothing charged)."""
+    if norm_bound is not None:
+        raise ConfigError("The 'norm_bound' parameter of pca must be omitted with standardize 'mean' (the centred "
+                          f"rows' bound follows from the bounds and the released mean). Got {norm_bound!r} instead.")
+    if clipping_report:
+        raise ConfigError("The 'clipping_report' parameter of pca must be false with standardize 'mean' (the clamped "
+                          "values are not counted on this path).")
+    if projection != "gram":
+        raise ConfigError("The 'projection' parameter of pca must be 'gram' with standardize 'mean' (the centred "
+                          f"matrix is computed from the exact Gram). Got {projection!r} instead.")
 

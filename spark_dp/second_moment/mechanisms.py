@@ -43,7 +43,8 @@ THEOREM_NEIGHBORS = {n: s.theorem_neighbors for n, s in MECHANISMS.items()}
 PARAMS = P.Constraints({
     "postprocess": P.Options(POSTPROCESS), "calibration": P.Options(CALIBRATIONS), "row_ids": P.Options(ROW_IDS),
     "projection": P.Options(PROJECTIONS), "label": P.Str(),
-    "standardize": P.Options(("none", "bounds")),
+    "standardize": P.Options(("none", "bounds", "mean")),
+    "mean_share": P.Real(0, 1, low_open=True, high_open=True),  # standardize="mean": the mean's share (mu-GDP)
 })
 
 
