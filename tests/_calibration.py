@@ -234,15 +234,20 @@ MECHANISMS = (
 
 
 def cell(name: str, label: str, mechanism: str, postprocess: str, *, epsilon: float, m: int = 1, reps: int = 100,
-         draws: int = 1000, level: float = 0.95, seed: int = 0, ridge: float = 0.0) -> CellResult:
-    """Releases ``reps`` regressions of table ``name`` and measures their intervals (module doc)."""
+         draws: int = 1000, level: float = 0.95, seed: int = 0, ridge: float = 0.0,
+         data: tuple | None = None) -> CellResult:
+    """Releases ``reps`` regressions of table ``name`` and measures their intervals (module doc).
+
+    ``data``: (x, y, scaling) as :func:`load` returns them, for a table that is not in :data:`TABLES` (``name``
+    then only labels the result).
+    """
     from spark_dp.second_moment.adassp import adassp, adassp_plan
     from spark_dp.second_moment.intervals import regression_intervals
     from spark_dp.second_moment.mechanisms import plan_mechanism
     from spark_dp.second_moment.regression import regression_coefficients
     from spark_dp.second_moment.uncertainty import adassp_uncertainty
 
-    x, y, scaling = load(name)
+    x, y, scaling = load(name) if data is None else data
     n, size = x.shape[0], x.shape[1] + 1
     p = size - 2  # features
     label_at = size - 1
