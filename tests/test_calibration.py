@@ -3,7 +3,9 @@
 A fast, derandomised subset of benchmarks/calibration.py: a synthetic
 near-collinear design and a real public table (statsmodels' ``fair``: age,
 years married and children correlated 0.67-0.89), released through the
-library's own mechanism, fit and interval code (tests/_calibration.py).
+library's own mechanism, fit and interval code (tests/_calibration.py);
+statsmodels' ``randhie`` for ``psd`` releases (drawn without the projection)
+and a well-conditioned synthetic design that must not be called conservative.
 """
 
 from __future__ import annotations

@@ -63,13 +63,17 @@ coefficients. ``covers="noise+sampling"`` when the release has the constant
 column (n̂ exists); without it the sampling term cannot be estimated from the
 release and the intervals cover the privacy noise only (``covers="noise"``).
 Clipping bias is not covered: with public bounds and the default norm bound
-no row is clipped.
+no row is clipped. The sampling term assumes errors of constant variance
+(:data:`HOMOSCEDASTIC`, said in every such method). Where a lower bound on
+λ_min(XᵀX) from the release is ≤ 0 (:func:`design_floor`: the noise may
+swamp the design's weakest direction) the method begins with
+"conservative" (:data:`CONSERVATIVE`; measured in docs/accuracy.md).
 
 Every other mechanism and fit (:func:`mechanism_bootstrap`, dispatched by
 :func:`regression_intervals`): the same bootstrap with the release's own
 noise law (:class:`NoiseLaw`: Wishart AᵀA + W(B²I, k), JL W(AᵀA + w²I, r)/r,
 inverse-Wishart (m − d − 1)W⁻¹(AᵀA + w²I, m), Analyze Gauss; the ``shift``
-and ``psd`` post-processing applied to every draw) on the whole bootstrap
+applied to every draw, the ``psd`` projection not — :data:`PSD_METHOD`) on the whole bootstrap
 matrix, the label row included, and fits through the origin (raw rows, or
 ``bounds`` without an intercept, solved in the data's units). Approximate
 like the above: measured in docs/accuracy.md (within [0.93, 0.97] at
