@@ -211,6 +211,8 @@ class CellResult:
     width: np.ndarray  # median width per term / (|truth| + the label bound's half-width / the feature's)
     stderr_ratio: float  # max over releases and terms of stderr / (half-width / z)
     kinds: tuple[str, ...]
+    conservative: float = 0.0  # share of the stated releases marked conservative (kind bound, or a method saying so first)
+    coverage_plain: np.ndarray | None = None  # per term, over the stated releases not marked conservative
 
     @property
     def worst(self) -> float:
@@ -232,15 +234,20 @@ MECHANISMS = (
 
 
 def cell(name: str, label: str, mechanism: str, postprocess: str, *, epsilon: float, m: int = 1, reps: int = 100,
-         draws: int = 1000, level: float = 0.95, seed: int = 0, ridge: float = 0.0) -> CellResult:
-    """Releases ``reps`` regressions of table ``name`` and measures their intervals (module doc)."""
+         draws: int = 1000, level: float = 0.95, seed: int = 0, ridge: float = 0.0,
+         data: tuple | None = None) -> CellResult:
+    """Releases ``reps`` regressions of table ``name`` and measures their intervals (module doc).
+
+    ``data``: (x, y, scaling) as :func:`load` returns them, for a table that is not in :data:`TABLES` (``name``
+    then only labels the result).
+    """
     from spark_dp.second_moment.adassp import adassp, adassp_plan
     from spark_dp.second_moment.intervals import regression_intervals
     from spark_dp.second_moment.mechanisms import plan_mechanism
     from spark_dp.second_moment.regression import regression_coefficients
     from spark_dp.second_moment.uncertainty import adassp_uncertainty
 
-    x, y, scaling = load(name)
+    x, y, scaling = load(name) if data is None else data
     n, size = x.shape[0], x.shape[1] + 1
     p = size - 2  # features
     label_at = size - 1
@@ -254,6 +261,9 @@ def cell(name: str, label: str, mechanism: str, postprocess: str, *, epsilon: fl
     z = normal_quantile(level)
     hits = np.zeros(p + 1)
     counted = np.zeros(p + 1)
+    hits_plain = np.zeros(p + 1)
+    counted_plain = np.zeros(p + 1)
+    flagged = 0
     widths, ratios, kinds = [], [], set()
     refused = 0
     scale = np.append(np.abs(ols[:p]) + (hi_y - lo_y) / np.array([b[1] - b[0] for b in scaling.bounds[:p]]),
@@ -294,16 +304,24 @@ def cell(name: str, label: str, mechanism: str, postprocess: str, *, epsilon: fl
         inside = (low <= truth) & (truth <= high)
         hits += inside
         counted += 1
+        if u_c.kind == "bound" or u_c.method.startswith("conservative"):
+            flagged += 1
+        else:
+            hits_plain += inside
+            counted_plain += 1
         widths.append((high - low) / scale)
         se = np.append(u_c.stderr, u_i.stderr)
         half = (high - low) / 2.0
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios.append(float(np.nanmax(np.where(half > 0, se / (half / z), np.nan))))
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):
         coverage = hits / counted
+        plain = hits_plain / counted_plain
+    stated = reps - refused
     return CellResult(name, label, epsilon, m, reps, covers, coverage, refused / reps,
                       np.median(np.array(widths), axis=0) if widths else np.full(p + 1, np.nan),
-                      max(ratios) if ratios else math.nan, tuple(sorted(kinds)))
+                      max(ratios) if ratios else math.nan, tuple(sorted(kinds)),
+                      flagged / stated if stated else 0.0, plain)
 
 
 def pca_cell(name: str, mechanism: str, *, epsilon: float, reps: int = 100, postprocess: str = "none",

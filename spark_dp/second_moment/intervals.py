@@ -63,13 +63,17 @@ coefficients. ``covers="noise+sampling"`` when the release has the constant
 column (n̂ exists); without it the sampling term cannot be estimated from the
 release and the intervals cover the privacy noise only (``covers="noise"``).
 Clipping bias is not covered: with public bounds and the default norm bound
-no row is clipped.
+no row is clipped. The sampling term assumes errors of constant variance
+(:data:`HOMOSCEDASTIC`, said in every such method). Where a lower bound on
+λ_min(XᵀX) from the release is ≤ 0 (:func:`design_floor`: the noise may
+swamp the design's weakest direction) the method begins with
+"conservative" (:data:`CONSERVATIVE`; measured in docs/accuracy.md).
 
 Every other mechanism and fit (:func:`mechanism_bootstrap`, dispatched by
 :func:`regression_intervals`): the same bootstrap with the release's own
 noise law (:class:`NoiseLaw`: Wishart AᵀA + W(B²I, k), JL W(AᵀA + w²I, r)/r,
 inverse-Wishart (m − d − 1)W⁻¹(AᵀA + w²I, m), Analyze Gauss; the ``shift``
-and ``psd`` post-processing applied to every draw) on the whole bootstrap
+applied to every draw, the ``psd`` projection not — :data:`PSD_METHOD`) on the whole bootstrap
 matrix, the label row included, and fits through the origin (raw rows, or
 ``bounds`` without an intercept, solved in the data's units). Approximate
 like the above: measured in docs/accuracy.md (within [0.93, 0.97] at
@@ -78,6 +82,7 @@ n = 20,000, outside it at n = 2,000 for some mechanisms, as the table says).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -666,11 +671,14 @@ def regression_intervals(
                                           sigma_xy=sigma, scaling=scaling, label_at=label_at, level=level,
                                           draws=draws, rng=rng, sampling=True, reason=got)
             method = got.method + "; approximate, measured coverage (docs/accuracy.md): " + _measured(
-                mechanism, "none", through_origin, raw=k is None)
+                mechanism, "none", through_origin, raw=k is None) + HOMOSCEDASTIC
+            method = CONSERVATIVE.format(floor=gaussian_lambda_floor(_block(released, label_at, shift), sigma),
+                                         how=GAUSSIAN_FLOOR_HOW) + method  # the refusal above: this floor <= 0
             return {name: Uncertainty(low=got.low[idx], high=got.high[idx], stderr=got.stderr[idx], method=method,
                                       covers=got.covers) for name, idx in part.items()}
-        return {name: Uncertainty(low=got.low[idx], high=got.high[idx], stderr=got.stderr[idx], method=got.method,
-                                  kind="bound", covers=got.covers) for name, idx in part.items()}
+        return {name: Uncertainty(low=got.low[idx], high=got.high[idx], stderr=got.stderr[idx],
+                                  method=got.method + HOMOSCEDASTIC, kind="bound", covers=got.covers)
+                for name, idx in part.items()}
     if mechanism == "analyze_gauss" and post in ("none", "shift") and not through_origin:
         sigma = float(privacy["noise_sigma"])
         got = regression_bootstrap(released, beta, sigma=sigma, scaling=scaling, label_at=label_at,
@@ -678,6 +686,8 @@ def regression_intervals(
                                    ridge=ridge, level=level, draws=draws, rng=rng)
     else:
         law = NoiseLaw.of(mechanism, privacy, params, norm_bound, released.shape[0])
+        if law.psd:  # the draws without the projection (PSD_METHOD)
+            law = dataclasses.replace(law, psd=False)
         biased = ridge > 0 or law.kept > 0  # a ridge (the user's, or the shift kept by Analyze Gauss's fit)
         got = mechanism_bootstrap(released, law=law, scaling=scaling, label_at=label_at, through_origin=through_origin,
                                   ridge=ridge, level=level, draws=draws, rng=rng, unregularised=biased)
@@ -685,12 +695,96 @@ def regression_intervals(
             got = BootstrapIntervals(got.estimate, got.low, got.high, got.stderr, got.covers, got.method + (
                 UNREGULARISED.format(reason=f"the ridge {ridge + law.kept:.6g} biases the fit by an amount that "
                                      "depends on the unknown coefficients and is not bounded for this form")))
-    method = got.method + "; approximate, measured coverage (docs/accuracy.md): " + _measured(
-        mechanism, post, through_origin, raw=k is None)
+    method = got.method + ((PSD_METHOD if post == "psd" else "") + "; approximate, measured coverage (docs/accuracy.md): " + _measured(
+        mechanism, post, through_origin, raw=k is None)) + (HOMOSCEDASTIC if got.covers == "noise+sampling" else "")
+    floor, how = design_floor(mechanism, privacy, params, released, norm_bound=norm_bound, label_at=label_at)
+    if floor <= 0:
+        method = CONSERVATIVE.format(floor=floor, how=how) + method
     part = parts(got.estimate.size)
     return {name: Uncertainty(low=got.low[idx], high=got.high[idx], stderr=got.stderr[idx], method=method,
                               covers=got.covers) for name, idx in part.items()}
 
+
+#: A ``psd`` release's interval: its bootstrap draws are not projected (they were before 2026-12-05).
+PSD_METHOD = ("; the draws are not projected onto the PSD cone: in the bootstrap's world, built from the projected "
+              "release (whose smallest eigenvalues the projection clipped to 0 or the noise biased low), projected "
+              "draws are clipped far more often than the release was, which shrank them and the interval (a real "
+              "table of 327,346 rows: one term held 0.88 with projected draws, 0.95 without); where the projection "
+              "did not act the release is the unprojected one, whose law this is")
+
+#: Said of every interval with a sampling term: the fixed-design bootstrap's errors have one variance.
+HOMOSCEDASTIC = ("; the sampling term assumes errors of constant variance (the release holds X^T X, X^T y and y^T y "
+                 "only, too little to estimate a variance that changes with the features): on real tables whose error "
+                 "variance grows with a feature (wages) it held 0.89-0.92 for the worst term where the sampling error "
+                 "dominates the privacy noise")
+
+#: The prefix of the method of an interval whose release cannot show that its noise is small against the design's
+#: weakest direction (:func:`design_floor` <= 0): measured conservative there, and said so first.
+CONSERVATIVE = ("conservative (usually wider than the level needs: on the real tables of docs/accuracy.md such "
+                "intervals held the truth in every release in three cells of four, and in at least 92 % of the "
+                "releases in every cell): the privacy noise may swamp the design's "
+                "weakest direction, since a lower bound on the smallest eigenvalue of X^T X from the release is "
+                "{floor:.6g} <= 0 ({how}); the bootstrap's world, built from the release, then has heavier tails "
+                "than the truth's. ")
+
+GAUSSIAN_FLOOR_HOW = ("the released X^T X minus a bound on its Gaussian noise's spectral norm holding with probability "
+                      "0.999, Weyl")
+
+
+def _block(released: np.ndarray, label_at: int, shift: float = 0.0) -> np.ndarray:
+    """The X^T X block (every non-label entry, the constant's included) of a release, minus ``shift`` I."""
+    feats = [i for i in range(released.shape[0]) if i != label_at]
+    m = 0.5 * (released + released.T)
+    return m[np.ix_(feats, feats)] - shift * np.eye(len(feats))
+
+
+def design_floor(mechanism: str, privacy: Mapping[str, Any], params: Mapping[str, Any], released: np.ndarray, *,
+                 norm_bound: float, label_at: int, alpha: float = 1e-3) -> tuple[float, str]:
+    """(λ_lo, how): a lower bound on λ_min(XᵀX) (the vector's units) from the release, failing with prob. ≤ α.
+
+    Public arithmetic on the release. Additive noise (Analyze Gauss,
+    Wishart): Weyl, λ_min(XᵀX) ≥ λ_min(released block − c·I) − r with
+    ‖released − AᵀA − c·I‖₂ ≤ r (:func:`.uncertainty.spectral_error`; a
+    block's noise norm is at most the whole matrix's). Multiplicative (JL,
+    inverse-Wishart, S = L·M·Lᵀ with LLᵀ = Σ = AᵀA + w²I and M's
+    eigenvalues in [θ_lo, θ_hi]): uᵀS_XX u ≤ θ_hi·uᵀΣ_XX u for every u
+    (Courant–Fischer), so λ_min(XᵀX) ≥ λ_min(S_XX)/θ_hi − w². After a
+    ``psd`` projection P that clipped an eigenvalue (the release has one at
+    0) the additive bound doubles (‖P(M) − AᵀA‖₂ ≤ 2‖M − AᵀA‖₂); one that
+    clipped none left the release unchanged.
+    """
+    from spark_dp.second_moment.uncertainty import _multiplicative_range, _shift, spectral_error
+
+    size = released.shape[0]
+    level = 1.0 - alpha
+    post = params.get("postprocess", "none")
+    vals = np.linalg.eigvalsh(0.5 * (released + released.T))
+    clipped = post == "psd" and vals[0] <= 1e-9 * max(abs(vals[-1]), 1e-300)
+    if mechanism == "analyze_gauss":
+        sigma = float(privacy["noise_sigma"])
+        shift = 2.0 * sigma * math.sqrt(size) if post == "shift" else 0.0
+        floor = gaussian_lambda_floor(_block(released, label_at, shift), sigma, alpha)
+        if clipped:  # the noise bound once more: ||P(M) - A^T A|| <= 2 ||N||
+            floor -= 2.0 * sigma * (math.sqrt(size - 1) + math.sqrt(math.log(2.0 / alpha)))
+        return floor, GAUSSIAN_FLOOR_HOW + (", doubled after the PSD projection" if clipped else "")
+    err = spectral_error(mechanism, privacy, params, size, norm_bound, level)
+    if err is not None:
+        c, r = err
+        block = _block(released, label_at)
+        if clipped:
+            return float(np.linalg.eigvalsh(block)[0]) - 2.0 * (abs(c) + r), (
+                "the released X^T X minus twice a bound on the Wishart noise's spectral norm holding with probability "
+                "0.999 (Davidson & Szarek 2001; twice: the PSD projection), Weyl")
+        return float(np.linalg.eigvalsh(block - c * np.eye(size - 1))[0]) - r, (
+            "the released X^T X minus the Wishart noise's mean and a bound on its spectral norm holding with "
+            "probability 0.999 (Davidson & Szarek 2001), Weyl")
+    w2 = float(privacy["ridge_w2"])
+    s = -_shift({**privacy, "_mechanism": mechanism}, params, size, norm_bound)  # w² removed by shift / psd
+    _, hi_t = _multiplicative_range(mechanism, privacy, size, level)
+    top = float(np.linalg.eigvalsh(_block(released, label_at, -s))[0])
+    floor = top / hi_t - w2 if math.isfinite(hi_t) else -w2
+    return floor, ("the released X^T X plus its removed ridge, over the largest eigenvalue of the multiplicative "
+                   f"{mechanism} noise with probability 0.999 (Davidson & Szarek 2001), minus the ridge w^2")
 
 UNREGULARISED = ("; {reason}: the interval is instead that of the unregularised fit (X^T X)^-1 X^T y of the same "
                  "release (the same truth; the released ridge coefficients may lie outside it); conservative where the noise "
@@ -763,8 +857,7 @@ def _measured(mechanism: str, post: str, through_origin: bool, *, raw: bool) -> 
     if mechanism == "wishart":
         return "0.93-0.96 at n = 20,000; conservative (up to 1.00) at n = 2,000, where the noise dominates X^T X"
     if mechanism == "jl_ridge":
-        return ("coefficients 0.948-0.973; the intercept 0.915-0.968, below 0.93 at n = 20,000, eps = 1" + (
-            "; with psd one term 0.88 on a real table of 327,346 rows (under-covers there)" if post == "psd" else ""))
+        return "coefficients 0.948-0.973; the intercept 0.915-0.968, below 0.93 at n = 20,000, eps = 1"
     if mechanism == "inverse_wishart":
         return ("coefficients 0.93-0.975; the intercept under-covers in two of four settings (0.87 and 0.90, "
                 "100 releases each)")
