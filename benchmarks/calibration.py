@@ -31,10 +31,12 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests._calibration import MECHANISMS, TABLES, cell, load  # noqa: E402
+from tests._calibration import HELDOUT, MECHANISMS, TABLES, cell, load  # noqa: E402
 
 DOC = os.path.join(ROOT, "docs", "accuracy.md")
 BEGIN, END = "<!-- calibration:begin -->", "<!-- calibration:end -->"
+#: ``--heldout``: the tables kept out of the grid (tests/_calibration.py HELDOUT), written to their own markers.
+HELDOUT_BEGIN, HELDOUT_END = "<!-- calibration-heldout:begin -->", "<!-- calibration-heldout:end -->"
 HEAD = ("| table (n, features) | mechanism | ε | m | covers | kind | refused | conservative | coverage: worst term | "
         "terms | terms of the releases not marked conservative (how many) | median width / scale | max stderr ÷ (half-width ÷ z) |")
 
@@ -43,13 +45,13 @@ HEAD = ("| table (n, features) | mechanism | ε | m | covers | kind | refused | 
 SIGNIFICANT = 59
 
 
-def grid(which: str):
+def grid(which: str, tables=TABLES):
     """(table, label, mechanism, postprocess, ε, m) of the cells.
 
     ``full``: the whole grid; ``subset``: every mechanism at ε = 1, m = 1, and Analyze Gauss and AdaSSP at every ε
     and m; ``eps1``: every mechanism at ε = 1, m = 1; ``extra``: the subset without ``eps1``.
     """
-    for t in TABLES:
+    for t in tables:
         for label, mech, post, units in MECHANISMS:
             for eps in (0.3, 1.0, 4.0):
                 if mech == "wishart" and eps > 1:  # Sheffet's Thm 4.1 is for ε ≤ 1 (refused above)
@@ -106,16 +108,16 @@ def line(r: dict) -> str:
 
 
 def table(rows: list[dict], note: str) -> str:
-    order = {(t.name, label, eps, m): i for i, (t_name, label, _, _, eps, m) in enumerate(grid("full"))
-             for t in TABLES if t.name == t_name}
+    order = {(t_name, label, eps, m): i
+             for i, (t_name, label, _, _, eps, m) in enumerate(grid("full", TABLES + HELDOUT))}
     rows = sorted(rows, key=lambda r: order.get((r["table"], r["label"], r["epsilon"], r["m"]), 1 << 30))
     return "\n".join([HEAD, "|" + "---|" * 13] + [line(r) for r in rows] + ["", note])
 
 
 def run(which: str, reps: int, draws: int, tables: list[str] | None = None, mechanisms: list[str] | None = None,
-        raw: str | None = None, skip: set | None = None) -> list[dict]:
+        raw: str | None = None, skip: set | None = None, heldout: bool = False) -> list[dict]:
     rows = []
-    for name, label, mech, post, eps, m in grid(which):
+    for name, label, mech, post, eps, m in grid(which, HELDOUT if heldout else TABLES):
         if tables and name not in tables or mechanisms and label not in mechanisms:
             continue
         if skip and (name, label, eps, m) in skip:
@@ -155,6 +157,8 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true", help="skip the cells already in --raw")
     ap.add_argument("--from-raw", default=None, help="','-separated raw files: build the table, run nothing")
     ap.add_argument("--write", action="store_true", help="write the table into docs/accuracy.md")
+    ap.add_argument("--heldout", action="store_true",
+                    help="the held-out tables instead of the ten (their own section of docs/accuracy.md)")
     args = ap.parse_args()
     t0 = time.time()
     if args.from_raw:
@@ -163,7 +167,7 @@ def main() -> None:
         skip = {(r["table"], r["label"], r["epsilon"], r["m"]) for r in read_raw([args.raw])} if (
             args.resume and args.raw and os.path.exists(args.raw)) else None
         rows = run(args.grid, args.reps, args.draws, args.tables.split(",") if args.tables else None,
-                   args.mechanisms.split(";") if args.mechanisms else None, args.raw, skip)
+                   args.mechanisms.split(";") if args.mechanisms else None, args.raw, skip, args.heldout)
     seconds = sum(r["seconds"] for r in rows) if args.from_raw else time.time() - t0
     reps = sorted({r["reps"] for r in rows})
     draws = sorted({r["draws"] for r in rows})
@@ -175,7 +179,8 @@ def main() -> None:
         return
     with open(DOC, encoding="utf-8") as fh:
         doc = fh.read()
-    a, b = doc.index(BEGIN) + len(BEGIN), doc.index(END)
+    begin, end = (HELDOUT_BEGIN, HELDOUT_END) if args.heldout else (BEGIN, END)
+    a, b = doc.index(begin) + len(begin), doc.index(end)
     with open(DOC, "w", encoding="utf-8") as fh:
         fh.write(doc[:a] + "\n" + text + "\n" + doc[b:])
     print(f"wrote the calibration table into {DOC}")

