@@ -121,6 +121,46 @@ def test_a_catalog_table_records_the_version_read_with_every_time_travel_form(sp
         spark.sql(f"DROP TABLE IF EXISTS {name}")
 
 
+@pytest.mark.parametrize("checkpoint", ["classic", "multi-part", "v2"])
+def test_the_version_read_survives_a_log_cleaned_up_after_a_checkpoint(spark, tmp_path, checkpoint):
+    """Delta's log clean-up removes the commits before a checkpoint: the versions still readable are still named."""
+    path = str(tmp_path / f"cleaned-{checkpoint}")
+    props = {"delta.checkpointInterval": "2"}
+    if checkpoint == "v2":
+        props["delta.checkpointPolicy"] = "v2"
+    spark.createDataFrame(_rows(6, "2026-11-29"), ROWS).write.format("delta").save(path)  # version 0
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (" + ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+              + ")")  # version 1
+    if checkpoint == "multi-part":
+        spark.conf.set("spark.databricks.delta.checkpoint.partSize", "2")  # actions per part: several parts
+    try:
+        for i in range(3):  # versions 2, 3, 4: checkpoints at 2 and 4
+            spark.createDataFrame(_rows(4, "2026-11-30", 0.1 * (i + 1)), ROWS).write.format("delta") \
+                .mode("append").save(path)
+    finally:
+        spark.conf.unset("spark.databricks.delta.checkpoint.partSize")
+    log_dir = os.path.join(path, "_delta_log")
+    names = sorted(os.listdir(log_dir))
+    marks = {"classic": ".checkpoint.parquet", "multi-part": ".checkpoint.0000000001.", "v2": ".checkpoint."}
+    assert any(n.startswith("00000000000000000002" + marks[checkpoint]) for n in names), names
+    for name in names:  # what the clean-up does: the commits (and their checksums) before the checkpoint go
+        if name.split(".")[0].isdigit() and int(name.split(".")[0]) < 2 or name.startswith("00000000000000000002.json") \
+                or name.startswith("00000000000000000002.crc"):
+            os.remove(os.path.join(log_dir, name))
+    for version in (2, 3):
+        df = spark.read.format("delta").option("versionAsOf", version).load(path)
+        assert _delta_entry(L.input_lineage(df, KEY))["version"] == str(version)
+        assert L.delta_path_lineage(path, {"version": version}) == L.input_lineage(df, KEY)
+    assert _delta_entry(L.input_lineage(spark.read.format("delta").load(path), KEY))["version"] == "4"
+    assert _delta_entry(L.delta_path_lineage(path))["version"] == "4"
+    assert L.delta_path_lineage(path, {"version": 0}) is None  # gone from the log: Delta cannot read it either
+    dp = _dp(tmp_path)
+    rel = dp.second_moment(spark.read.format("delta").option("versionAsOf", 3).load(path), ["x", "y"], epsilon=EPS,
+                           delta=DELTA, norm_bound=2.0, release_id=f"cleaned-{checkpoint}")
+    assert _delta_entry(rel.manifest["input"])["version"] == "3"
+    assert dp.ledger.lookup(f"cleaned-{checkpoint}").lineage == rel.manifest["input"]
+
+
 def test_a_version_that_does_not_exist_is_refused_before_anything_is_charged(spark, tmp_path, delta_path, capsys):
     from spark_dp.aggregates import read_dataset
 
@@ -262,9 +302,13 @@ def _spark_dp(args, env, cwd) -> subprocess.CompletedProcess:
 def test_a_fresh_process_gets_the_delta_jars_by_itself_and_a_machine_without_them_gets_one_clear_error(
         spark, tmp_path, delta_path):
     cfg = _config(tmp_path, {"path": delta_path, "format": "delta", "version": 0}, release_id="fresh")
+    from spark_dp.runtime import TABLE_FORMAT_PACKAGES, spark_line
+
+    coordinates = TABLE_FORMAT_PACKAGES["delta"][spark_line()]  # the build for the installed pyspark's line
+    group, artifact, version = coordinates.split(":")
     ok = _spark_dp(["release", cfg], _fresh_env(tmp_path / "ivy-ok"), tmp_path)
     assert ok.returncode == 0, ok.stderr[-3000:]
-    assert "io.delta#delta-spark_2.12;3.3.3" in ok.stderr  # Spark resolved the coordinates spark-dp chose
+    assert f"{group}#{artifact};{version}" in ok.stderr  # Spark resolved the coordinates spark-dp chose
     assert json.loads(ok.stdout[ok.stdout.index("\n{") + 1:])["reused"] is False  # after Ivy's own stdout lines
     ledger = open_ledger(f"sqlite:///{tmp_path}/jobs.db")
     assert _delta_entry(ledger.lookup("fresh").lineage)["version"] == "0"
@@ -278,7 +322,7 @@ def test_a_fresh_process_gets_the_delta_jars_by_itself_and_a_machine_without_the
     assert bad.returncode != 0
     errors = [line for line in bad.stderr.splitlines() if line.startswith("spark-dp: error")]
     assert len(errors) == 1, bad.stderr[-3000:]
-    assert "io.delta:delta-spark_2.12:3.3.3" in errors[0] and "nothing was charged" in errors[0]
+    assert coordinates in errors[0] and "nothing was charged" in errors[0]
     assert ledger.lookup("offline") is None and len(ledger.all_charges()) == 1
     assert time.monotonic() - t0 < 120
 
