@@ -265,21 +265,29 @@ def _delta_version_at(spark, quoted: str, timestamp: str) -> int | None:
 def _iceberg_snapshot_read(spark, quoted: str, options: Mapping[str, Any], sql_travel: str | None) -> int | None:
     """The Iceberg snapshot a time-travel read gets (None: cannot tell, e.g. a branch or tag).
 
-    ``snapshot-id`` (or a numeric SQL ``VERSION AS OF``) is the snapshot; an
-    ``as-of-timestamp`` (ms) is resolved as Iceberg does, the last snapshot
+    ``snapshot-id``, a numeric ``versionAsOf`` (Spark's option, which the
+    Iceberg runtime for Spark 4.1 on reads instead) or a numeric SQL
+    ``VERSION AS OF`` is the snapshot; an ``as-of-timestamp`` (ms) or a
+    ``timestampAsOf`` is resolved as Iceberg does, the last snapshot
     made current at or before it, from the table's ``history`` metadata
     table (a small read of the table's metadata, never of its rows).
     """
     if "snapshot-id" in options:
         return int(options["snapshot-id"])
+    if str(options.get("versionasof", "")).strip().isdigit():  # Spark's option (Iceberg for Spark 4.1 on)
+        return int(str(options["versionasof"]).strip())
     if sql_travel is not None and sql_travel.strip().isdigit():
         return int(sql_travel.strip())
     if "as-of-timestamp" in options:
-        ms = int(options["as-of-timestamp"])
-        rows = _sql_rows(spark, f"SELECT snapshot_id FROM {quoted}.`history` WHERE "
-                                f"made_current_at <= timestamp_millis({ms}) ORDER BY made_current_at DESC LIMIT 1")
-        return int(rows[0][0]) if rows else None
-    return None
+        at = f"timestamp_millis({int(options['as-of-timestamp'])})"
+    elif "timestampasof" in options:
+        text = str(options["timestampasof"]).replace("\\", "\\\\").replace("'", "\\'")
+        at = f"CAST('{text}' AS TIMESTAMP)"
+    else:
+        return None
+    rows = _sql_rows(spark, f"SELECT snapshot_id FROM {quoted}.`history` WHERE "
+                            f"made_current_at <= {at} ORDER BY made_current_at DESC LIMIT 1")
+    return int(rows[0][0]) if rows else None
 
 
 def plan_reads(text: str) -> dict[str, dict[str, Any]]:

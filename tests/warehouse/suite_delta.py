@@ -214,6 +214,28 @@ def test_a_table_config_reads_the_version_and_the_timestamp_it_names(spark, tmp_
         spark.sql(f"DROP TABLE IF EXISTS {name}")
 
 
+def test_a_rerun_over_a_catalog_table_that_moved_on_is_flagged(spark, tmp_path, delta_path, capsys):
+    name = "default.events_rerun"
+    spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{delta_path}'")
+    try:
+        latest = _config(tmp_path, {"table": name}, release_id="t-daily", name="t-latest.yaml")
+        pinned = _config(tmp_path, {"table": name, "format": "delta", "version": 1}, release_id="t-pinned",
+                         name="t-pinned.yaml")
+        assert _cli(capsys, "release", latest)["reused"] is False
+        assert _cli(capsys, "release", pinned)["reused"] is False
+        same = _cli(capsys, "release", latest)
+        assert same["reused"] is True and same["input_changed"] is False  # the catalog says: still version 1
+        spark.createDataFrame(_rows(5, "2026-12-01", 0.2), ROWS).write.format("delta").mode("append") \
+            .save(delta_path)
+        moved = _cli(capsys, "release", latest)
+        assert moved["reused"] is True and moved["input_changed"] is True
+        stored = _cli(capsys, "release", pinned)
+        assert stored["reused"] is True and stored["input_changed"] is False
+        assert len(open_ledger(f"sqlite:///{tmp_path}/jobs.db").all_charges()) == 2
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
 # -- releases and the ledger as Delta tables -----------------------------------------------------------
 def test_output_delta_and_ledger_export_read_back_equal_to_parquet(spark, tmp_path, delta_path, capsys):
     out_delta = {"path": str(tmp_path / "job-releases"), "table": "default.dp_releases_delta", "format": "delta"}
@@ -334,3 +356,21 @@ def test_the_session_was_made_with_the_coordinates_for_this_spark_line(spark):
     assert TABLE_FORMAT_PACKAGES["delta"][spark_line(spark.version)] in packages
     assert "io.delta.sql.DeltaSparkSessionExtension" in spark.conf.get("spark.sql.extensions")
     assert spark.conf.get("spark.sql.catalog.spark_catalog") == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+def test_the_delta_python_package_is_optional_and_the_extra_s_works_with_the_jars_spark_dp_chose(spark, tmp_path,
+                                                                                                 delta_path):
+    """spark-dp needs only the jars; ``spark-dp[delta]`` adds delta-spark, whose Python API must work with them."""
+    import importlib.util
+
+    if os.environ.get("SPARK_DP_TEST_ENTRY") != "delta":  # every other matrix entry runs without the package
+        assert importlib.util.find_spec("delta") is None
+        return
+    from importlib.metadata import version
+
+    from delta.tables import DeltaTable
+
+    assert version("delta-spark").startswith("4.4.") and version("pyspark").startswith("4.2.")
+    history = DeltaTable.forPath(spark, delta_path).history().select("version").collect()
+    assert sorted(r[0] for r in history) == [0, 1]
+    assert DeltaTable.isDeltaTable(spark, delta_path)
