@@ -2,21 +2,25 @@
 
 Why a separate process: the Delta and Iceberg jars must be on the classpath
 when the JVM starts, and the shared test session must not carry them (two
-SQL extensions and Delta's ``spark_catalog`` under 1,800 other tests). Why
-pyspark 3.5: no Delta Lake or Iceberg release supports the project's main
-pyspark line (4.3) yet (``spark_dp.runtime.TABLE_FORMAT_PACKAGES``); 3.5 is
-the Databricks LTS line and the version matrix's ``spark35`` virtualenv
-(``scripts/matrix_env.sh``, with the built wheel) exists in ``make test``
-already. The suite runs there with pytest, from a scratch directory so that
-``spark_dp`` is the installed wheel, in one Spark session that
-``spark_dp.runtime.get_spark(formats=("delta", "iceberg"))`` creates.
+SQL extensions and Delta's ``spark_catalog`` under 1,800 other tests). Which
+pyspark: no Delta Lake or Iceberg release supports the project's main
+pyspark line (4.3) yet (``spark_dp.runtime.TABLE_FORMAT_PACKAGES``), so the
+suites run on the version matrix's virtualenvs (``scripts/matrix_env.sh``,
+with the built wheel): ``spark35`` (the Databricks LTS line) in ``make
+test``; ``spark40``, ``spark41``, ``spark42`` and ``delta`` (what ``pip install
+'spark-dp[delta]'`` resolves: pyspark 4.2.0 with delta-spark 4.4) under
+``SPARK_DP_MATRIX=full`` (``make smoke-all``), each with the formats that have
+a build for its line. A suite runs with pytest, from a scratch directory so
+that ``spark_dp`` is the installed wheel, in one Spark session that
+``spark_dp.runtime.get_spark(formats=...)`` creates.
 
 The jars come through Spark's own ``spark.jars.packages`` resolution from
 Maven Central into ``~/.cache/spark-dp/ivy`` (``tests/warehouse/ivy.py``):
-about 55 MB the first time (Iceberg's runtime is 47 MB of it), nothing on
-later runs. Measured here on a warm cache, with the machine under heavy load
-from other jobs: 290 s for the whole module (one JVM for the suite, one for
-the fresh ``spark-dp release`` process, one that fails to resolve).
+about 55 MB per Spark line the first time (Iceberg's runtime is 47 MB of it),
+nothing on later runs. Measured here with warm jar caches, the machine
+shared with other jobs: about 290 s per line with both suites (3.5, 4.0),
+about 150 s for Delta alone (4.2); docs/storage.md has the full matrix's
+first and warm runs.
 """
 
 from __future__ import annotations
