@@ -358,17 +358,33 @@ def test_the_session_was_made_with_the_coordinates_for_this_spark_line(spark):
     assert spark.conf.get("spark.sql.catalog.spark_catalog") == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
-def test_delta_s_python_api_works_on_the_jars_spark_dp_chose(spark, delta_path):
-    """spark-dp needs only the jars; ``spark-dp[delta]`` adds delta-spark, whose Python API must work with them."""
+def test_delta_s_python_api_works_on_the_jars_spark_dp_chose(spark, tmp_path, delta_path):
+    """spark-dp needs only the jars, which carry Delta's Python API; ``spark-dp[delta]`` adds the delta-spark package.
+
+    The session puts the jar on ``sys.path`` ahead of site-packages, so
+    ``delta`` imported after the session starts is the jar's copy; imported
+    before it (the extra's venv, in a fresh process), the package's.
+    """
     from importlib.metadata import PackageNotFoundError, version
 
-    from delta.tables import DeltaTable  # the package's, or the copy inside the jar Spark put on sys.path
+    import delta
+    from delta.tables import DeltaTable
 
-    if os.environ.get("SPARK_DP_TEST_ENTRY") == "delta":
-        assert version("delta-spark").startswith("4.4.") and version("pyspark") == "4.2.0"
-    else:  # every other matrix entry runs the suite without the package
+    assert ".jar" in delta.__file__  # the copy in the jar spark-dp chose
+    assert sorted(r[0] for r in DeltaTable.forPath(spark, delta_path).history().select("version").collect()) == [0, 1]
+    if os.environ.get("SPARK_DP_TEST_ENTRY") != "delta":  # every other matrix entry runs the suite without it
         with pytest.raises(PackageNotFoundError):
             version("delta-spark")
-    history = DeltaTable.forPath(spark, delta_path).history().select("version").collect()
-    assert sorted(r[0] for r in history) == [0, 1]
-    assert DeltaTable.isDeltaTable(spark, delta_path)
+        return
+    assert version("delta-spark").startswith("4.4.") and version("pyspark") == "4.2.0"
+    script = (  # the package's delta.tables, imported before the session, on the jars spark-dp adds
+        "import delta, delta.tables, sys\n"
+        "from spark_dp.runtime import get_spark\n"
+        "spark = get_spark('api', formats=('delta',))\n"
+        f"h = delta.tables.DeltaTable.forPath(spark, {delta_path!r}).history().select('version').collect()\n"
+        "print('API', delta.__file__, sorted(r[0] for r in h))\n")
+    got = subprocess.run([sys.executable, "-c", script], env=_fresh_env(tmp_path / "ivy-api"), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-3000:]
+    [line] = [x for x in got.stdout.splitlines() if x.startswith("API ")]
+    assert "site-packages" in line and line.endswith("[0, 1]"), line
