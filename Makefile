@@ -40,10 +40,12 @@ dist: $(STAMP)
 smoke: $(STAMP)
 	@$(PY) -m pytest -m matrix
 
-# The full version matrix: also pyspark 4.0, 4.1 and 4.2 (not in make test; README, "Supported versions").
+# The full version matrix: also pyspark 4.0, 4.1 and 4.2 (not in make test; README, "Supported versions"),
+# with the Delta Lake and Iceberg suites on each of those lines that has a build of the format, and on what
+# `pip install 'spark-dp[delta]'` installs (tests/test_warehouse.py; docs/storage.md has the times).
 smoke-all: $(STAMP)
 	@bash scripts/dist.sh "$(PY)" dist
-	@SPARK_DP_MATRIX=full SPARK_DP_DIST="$(CURDIR)/dist" $(PY) -m pytest -m matrix
+	@SPARK_DP_MATRIX=full SPARK_DP_DIST="$(CURDIR)/dist" $(PY) -m pytest -m "matrix or warehouse"
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@bash scripts/bootstrap.sh "$(PYTHON)" "$(VENV)" test,connect,plots

@@ -121,7 +121,9 @@ def table_format_conf(formats, *, spark_version: str | None = None) -> dict[str,
             raise ConfigError(
                 f"The format {fmt!r} needs {_NAMES[fmt]} for Spark {line}, which has no release for that Spark line "
                 f"yet (it has builds for Spark {', '.join(builds)}): install one of those "
-                f"(pip install 'pyspark=={max(builds)}.*'), or run where the runtime ships it (e.g. Databricks).")
+                f"(pip install 'pyspark=={max(builds)}.*'"
+                + (", or pip install 'spark-dp[delta]', which picks a pyspark with a Delta build" if fmt == "delta"
+                   else "") + "), or run where the runtime ships it (e.g. Databricks).")
         packages.append(builds[line])
         extensions.append(_EXTENSIONS[fmt])
         if fmt == "delta":
@@ -130,6 +132,36 @@ def table_format_conf(formats, *, spark_version: str | None = None) -> dict[str,
         conf["spark.jars.packages"] = ",".join(packages)
         conf["spark.sql.extensions"] = ",".join(extensions)
     return conf
+
+
+# Iceberg's own time-travel read options. The Iceberg runtime for Spark 4.1 on refuses them ("no longer
+# supported, use Spark built-in versionAsOf"): there the same read goes through Spark's versionAsOf (the
+# snapshot id) and timestampAsOf.
+_ICEBERG_OPTIONS_UNTIL = (4, 1)
+
+
+def iceberg_time_travel_options(options: dict | None, spark_version: str | None = None) -> dict:
+    """``options`` with Iceberg's ``snapshot-id`` / ``as-of-timestamp`` in the form this Spark line's Iceberg reads.
+
+    Up to Spark 4.0: unchanged. From Spark 4.1: ``snapshot-id`` becomes
+    ``versionAsOf`` (the snapshot id) and ``as-of-timestamp`` (milliseconds
+    since the epoch) ``timestampAsOf`` (that instant, written in UTC with its
+    zone, so the session time zone does not move it). Other options (Delta's
+    ``versionAsOf``, a ``where``) pass unchanged. ``spark_version``: the
+    session's Spark (``spark.version``; default: the installed pyspark).
+    """
+    options = dict(options or {})
+    line = tuple(int(p) for p in spark_line(spark_version).split("."))
+    if line < _ICEBERG_OPTIONS_UNTIL:
+        return options
+    if "snapshot-id" in options:
+        options["versionAsOf"] = str(options.pop("snapshot-id"))
+    if "as-of-timestamp" in options:
+        from datetime import UTC, datetime
+
+        at = datetime.fromtimestamp(int(options.pop("as-of-timestamp")) / 1000, tz=UTC)
+        options["timestampAsOf"] = at.strftime("%Y-%m-%d %H:%M:%S.%fZ")
+    return options
 
 
 def _merged(conf: dict[str, str], extra: dict[str, str]) -> dict[str, str]:

@@ -391,6 +391,32 @@ def test_a_job_rerun_tells_a_changed_input_without_starting_spark(spark, tmp_pat
     assert again["reused"] is True and again["input_changed"] is True
 
 
+def test_a_job_rerun_over_a_catalog_table_tells_whether_it_changed(spark, tmp_path, parquet_dir, capsys):
+    from spark_dp.cli.main import main as cli_main
+    from tests._jobs import write_config
+
+    name = f"default.lineage_rerun_{os.getpid()}"
+    spark.read.parquet(parquet_dir).write.format("parquet").saveAsTable(name)
+    try:
+        cfg = write_config(tmp_path, {
+            "release_id": "table-1", "task": "second_moment", "mechanism": "analyze_gauss",
+            "dataset": {"id": "jobs", "table": name, "columns": ["x", "y"]},
+            "privacy": {"epsilon": 1.0, "delta": 1e-6, "norm_bound": 1.0, "sampler": "numpy"}, "params": {},
+            "ledger": {"uri": f"sqlite:///{tmp_path}/jobs.db", "epsilon_limit": 3.0, "delta_limit": 1e-5},
+            "output": {"path": str(tmp_path / "job-releases")}})
+        assert cli_main(["release", cfg]) == 0
+        assert json.loads(capsys.readouterr().out)["reused"] is False
+        assert cli_main(["release", cfg]) == 0  # the catalog is asked: the same files, so unchanged
+        same = json.loads(capsys.readouterr().out)
+        assert same["reused"] is True and same["input_changed"] is False
+        spark.sql(f"INSERT INTO {name} VALUES (0.5, 0.5, 'it')")
+        assert cli_main(["release", cfg]) == 0
+        moved = json.loads(capsys.readouterr().out)
+        assert moved["reused"] is True and moved["input_changed"] is True
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
 def test_path_lineage_cannot_tell_for_globs_and_missing_paths(tmp_path):
     assert L.path_lineage(str(tmp_path / "*.parquet"), KEY) is None
     assert L.path_lineage(str(tmp_path / "missing"), KEY) is None

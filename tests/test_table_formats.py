@@ -40,7 +40,7 @@ def test_each_spark_line_gets_the_build_made_for_it():
 
 def test_a_spark_line_without_a_release_gets_one_error_naming_what_to_install():
     with pytest.raises(ConfigError, match=r"'delta' needs Delta Lake for Spark 4\.3.*builds for Spark 3\.5, 4\.0, "
-                                          r"4\.1, 4\.2.*pyspark==4\.2"):
+                                          r"4\.1, 4\.2.*pyspark==4\.2.*spark-dp\[delta\]"):
         table_format_conf(["delta"], spark_version="4.3.0")
     with pytest.raises(ConfigError, match="'iceberg' needs Apache Iceberg for Spark 4.2"):
         table_format_conf(["iceberg"], spark_version="4.2.1")
@@ -104,3 +104,18 @@ def test_a_plan_session_gets_the_jars_of_every_entry(monkeypatch):
     with runtime.formats_needed({"iceberg"}):
         assert runtime.get_spark("x", formats=("delta",)) == "session"
     assert seen == [("delta", "iceberg")]
+
+
+def test_iceberg_time_travel_options_follow_the_spark_line():
+    from spark_dp.runtime import iceberg_time_travel_options
+
+    ms = int(datetime(2026, 11, 30, 6, 0, 0, 250000, tzinfo=UTC).timestamp() * 1000)
+    own = {"snapshot-id": "42", "as-of-timestamp": str(ms)}
+    for version in ("3.5.7", "4.0.1"):  # Iceberg's own options, as before
+        assert iceberg_time_travel_options(own, version) == own
+    for version in ("4.1.1", "4.2.0"):  # Spark's, which the Iceberg runtime for 4.1 on reads instead
+        assert iceberg_time_travel_options({"snapshot-id": 42}, version) == {"versionAsOf": "42"}
+        assert iceberg_time_travel_options({"as-of-timestamp": ms}, version) == \
+            {"timestampAsOf": "2026-11-30 06:00:00.250000Z"}  # the instant in UTC, with its zone
+    assert iceberg_time_travel_options({"versionAsOf": "3"}, "4.2.0") == {"versionAsOf": "3"}  # Delta's: kept
+    assert own == {"snapshot-id": "42", "as-of-timestamp": str(ms)}  # the caller's dict is not changed

@@ -37,7 +37,9 @@ def read_table(spark: SparkSession, name: str, where: str | None = None, options
 
     ``options``: the reader's time-travel options (:data:`TIME_TRAVEL_OPTIONS`:
     Delta's ``versionAsOf`` / ``timestampAsOf``, Iceberg's ``snapshot-id`` /
-    ``as-of-timestamp``), read with ``spark.read.options(...).table(name)``.
+    ``as-of-timestamp``), read with ``spark.read.options(...).table(name)``;
+    Iceberg's become Spark's ``versionAsOf`` / ``timestampAsOf`` on the lines
+    whose Iceberg refuses its own (:func:`spark_dp.runtime.iceberg_time_travel_options`).
 
     Raises:
         SchemaError: the table does not exist, or ``where`` does not parse or
@@ -46,6 +48,10 @@ def read_table(spark: SparkSession, name: str, where: str | None = None, options
     check_table_name(name)
     log.info("reading table %s%s%s", name, f" where {where}" if where else "",
              f" as of {options}" if options else "")  # public: names and versions, never counts
+    if options and ("snapshot-id" in options or "as-of-timestamp" in options):
+        from spark_dp.runtime import iceberg_time_travel_options
+
+        options = iceberg_time_travel_options(options, spark.version)
     try:
         df = spark.read.options(**options).table(name) if options else spark.table(name)
         if where:

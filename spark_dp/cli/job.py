@@ -109,8 +109,9 @@ def preview_job(config: JobConfig, *, spark=None, n: int | None = None, **extra)
 def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
     """Runs one validated job config; returns the (new or stored) release.
 
-    A stored release (known release id) is returned without starting Spark
-    unless it must still be published to ``output.table``. ``extra`` goes to
+    A stored release (known release id) is returned without a Spark job; Spark
+    starts only to publish it to ``output.table`` or, for a catalog-table input,
+    to read the table's current version (``input_changed``). ``extra`` goes to
     the task's run function (e.g. ``seeds=`` for count_sketch, used by plans
     to merge sketches).
     """
@@ -121,10 +122,11 @@ def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
         )
     session = session_for(config)
     release = None
-    # A release id seen before never needs Spark: answer from the ledger.
+    # A release id seen before is answered from the ledger, without a Spark job.
     if config.release_id is not None:
         release = session.stored_release(config.release_id, config_sha256=config.sha256)
-        if release is not None:  # still say whether the input changed since (file inputs: no Spark needed)
+        if release is not None:  # still say whether the input changed since (files, Delta paths: no Spark needed)
+            spark = spark or _table_session(config)
             note_input_change(release, _input_lineage(config, spark, session.ledger.lineage_key))
     if release is None:
         # Over budget → fail here, before Spark starts (the release path checks again).
@@ -144,6 +146,26 @@ def run_job(config: JobConfig, *, spark=None, **extra) -> Release:
     return release
 
 
+def _table_session(config: JobConfig):
+    """The session a re-run over a catalog table needs to tell whether the table moved on; None for other inputs.
+
+    Only the catalog knows a table's version: the re-run gets (or starts) a
+    session and reads the table's metadata (no Spark job over its rows). A
+    session that cannot start leaves the question open (``input_changed``
+    null), as lineage never fails a re-run.
+    """
+    from spark_dp.params import TABLE
+
+    if config.dataset.format != TABLE:
+        return None
+    try:
+        return get_spark(f"spark-dp {config.task}", config.table_formats)
+    except Exception as exc:  # noqa: BLE001 - lineage is metadata: never fail a re-run over it
+        log.info("release %s: input table %s not checked for changes (no Spark session: %s)",
+                 config.release_id, config.dataset.path, type(exc).__name__)
+        return None
+
+
 def _input_lineage(config: JobConfig, spark, key: bytes) -> dict | None:
     """The job input's lineage without a Spark job: files listed with pyarrow; a table only given a session.
 
@@ -160,7 +182,7 @@ def _input_lineage(config: JobConfig, spark, key: bytes) -> dict | None:
         if config.dataset.format != TABLE:
             return path_lineage(config.dataset.path, key)
         if spark is None:
-            log.info("release %s: input table %s not checked for changes (the re-run does not start Spark)",
+            log.info("release %s: input table %s not checked for changes (no Spark session)",
                      config.release_id, config.dataset.path)
             return None
         from spark_dp.aggregates import read_dataset

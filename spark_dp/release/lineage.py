@@ -101,6 +101,8 @@ _SUBQUERY = re.compile(r"SubqueryAlias\s+([^\s,()\[\]]+)")
 _UNRESOLVED = re.compile(r"UnresolvedRelation \[([^\]]*)\], \[([^\]]*)\]")
 _TIME_TRAVEL = re.compile(r"RelationTimeTravel '?UnresolvedRelation \[([^\]]*)\], \[[^\]]*\], (?:true|false), (.+)")
 _DELTA_COMMIT = re.compile(r"^(\d{20})\.json$")
+# <v>.checkpoint.parquet, <v>.checkpoint.<part>.<parts>.parquet, <v>.checkpoint.<uuid>.json|parquet (V2)
+_DELTA_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10})|\.[0-9a-fA-F-]{36})?\.(?:parquet|json)$")
 DELTA_LOG = "_delta_log"
 
 
@@ -263,21 +265,29 @@ def _delta_version_at(spark, quoted: str, timestamp: str) -> int | None:
 def _iceberg_snapshot_read(spark, quoted: str, options: Mapping[str, Any], sql_travel: str | None) -> int | None:
     """The Iceberg snapshot a time-travel read gets (None: cannot tell, e.g. a branch or tag).
 
-    ``snapshot-id`` (or a numeric SQL ``VERSION AS OF``) is the snapshot; an
-    ``as-of-timestamp`` (ms) is resolved as Iceberg does, the last snapshot
+    ``snapshot-id``, a numeric ``versionAsOf`` (Spark's option, which the
+    Iceberg runtime for Spark 4.1 on reads instead) or a numeric SQL
+    ``VERSION AS OF`` is the snapshot; an ``as-of-timestamp`` (ms) or a
+    ``timestampAsOf`` is resolved as Iceberg does, the last snapshot
     made current at or before it, from the table's ``history`` metadata
     table (a small read of the table's metadata, never of its rows).
     """
     if "snapshot-id" in options:
         return int(options["snapshot-id"])
+    if str(options.get("versionasof", "")).strip().isdigit():  # Spark's option (Iceberg for Spark 4.1 on)
+        return int(str(options["versionasof"]).strip())
     if sql_travel is not None and sql_travel.strip().isdigit():
         return int(sql_travel.strip())
     if "as-of-timestamp" in options:
-        ms = int(options["as-of-timestamp"])
-        rows = _sql_rows(spark, f"SELECT snapshot_id FROM {quoted}.`history` WHERE "
-                                f"made_current_at <= timestamp_millis({ms}) ORDER BY made_current_at DESC LIMIT 1")
-        return int(rows[0][0]) if rows else None
-    return None
+        at = f"timestamp_millis({int(options['as-of-timestamp'])})"
+    elif "timestampasof" in options:
+        text = str(options["timestampasof"]).replace("\\", "\\\\").replace("'", "\\'")
+        at = f"CAST('{text}' AS TIMESTAMP)"
+    else:
+        return None
+    rows = _sql_rows(spark, f"SELECT snapshot_id FROM {quoted}.`history` WHERE "
+                            f"made_current_at <= {at} ORDER BY made_current_at DESC LIMIT 1")
+    return int(rows[0][0]) if rows else None
 
 
 def plan_reads(text: str) -> dict[str, dict[str, Any]]:
@@ -350,12 +360,16 @@ def _delta_root(uri: str, cache: dict[str, Any], roots: dict[str, str | None]) -
 
 
 def delta_log_states(root: str) -> list[tuple[int, frozenset, frozenset, int | None]] | None:
-    """Every version of the Delta table at ``root``: (version, its files, its files with deletion vectors, commit ms).
+    """The versions of the Delta table at ``root`` its log can rebuild: (version, files, files with DVs, commit ms).
 
-    Replays the JSON commits ``_delta_log/<version>.json`` (``add`` and
-    ``remove`` actions) with pyarrow on the driver. None when the log cannot
-    be replayed from version 0 (its first commits were cleaned up after a
-    checkpoint) or cannot be read.
+    Oldest first, consecutive. Replays the JSON commits
+    ``_delta_log/<version>.json`` (``add`` and ``remove`` actions) with
+    pyarrow on the driver, from version 0 when every commit since is there;
+    otherwise (Delta's log clean-up removed the first commits after a
+    checkpoint) from the oldest checkpoint (classic, multi-part or V2 with
+    sidecars) followed by all the later commits: the versions before it
+    cannot be read by Delta either and are left out. None when the log
+    cannot be read or has no such starting point.
     """
     import json
 
@@ -371,28 +385,124 @@ def delta_log_states(root: str) -> list[tuple[int, frozenset, frozenset, int | N
     except Exception as exc:  # noqa: BLE001
         log.info("input lineage: cannot list a Delta log (%s)", type(exc).__name__)
         return None
-    commits = [(int(m.group(1)), n) for n in names if (m := _DELTA_COMMIT.match(n))]
-    if not commits or commits[0][0] != 0 or [v for v, _ in commits] != list(range(len(commits))):
+    commits = {int(m.group(1)): n for n in names if (m := _DELTA_COMMIT.match(n))}
+    if not commits:
         return None
-    active: dict[str, str] = {}
+    latest = max(commits)
+    start, active, from_checkpoint = None, {}, False
+    if all(v in commits for v in range(latest + 1)):
+        start = 0
+    else:  # the oldest checkpoint from which every later commit is still there
+        for version, parts in sorted(_delta_checkpoints(names).items()):
+            if version <= latest and all(v in commits for v in range(version + 1, latest + 1)):
+                files = _delta_checkpoint_files(fs, log_dir, parts, root)
+                if files is not None:
+                    start, active, from_checkpoint = version, files, True
+                    break
+        if start is None:
+            return None
     states = []
-    for version, name in commits:
-        committed = None
-        with fs.open_input_stream(f"{log_dir}/{name}") as fh:
+    for version in range(start, latest + 1):
+        committed, apply = None, not from_checkpoint or version > start  # a checkpoint includes its commit
+        if version not in commits:  # the checkpoint's own commit was cleaned up: its state, no commit time
+            states.append((version, frozenset(active), frozenset(active.items()), None))
+            continue
+        with fs.open_input_stream(f"{log_dir}/{commits[version]}") as fh:
             for line in fh.read().decode().splitlines():
                 if not line.strip():
                     continue
                 action = json.loads(line)
-                if "add" in action:
+                if "add" in action and apply:
                     add = action["add"]
-                    dv = add.get("deletionVector")
-                    active[_delta_file(root, add["path"])] = json.dumps(dv, sort_keys=True) if dv else ""
-                elif "remove" in action:
+                    active[_delta_file(root, add["path"])] = _delta_dv(add.get("deletionVector"))
+                elif "remove" in action and apply:
                     active.pop(_delta_file(root, action["remove"]["path"]), None)
                 elif "commitInfo" in action:
                     committed = action["commitInfo"].get("inCommitTimestamp") or action["commitInfo"].get("timestamp")
         states.append((version, frozenset(active), frozenset(active.items()), committed))
     return states
+
+
+def _delta_dv(dv: Mapping[str, Any] | None) -> str:
+    """A deletion vector descriptor as a comparable string ("" for none), the same from a commit or a checkpoint."""
+    import json
+
+    if not dv:
+        return ""
+    return json.dumps({k: v for k, v in dv.items() if v is not None}, sort_keys=True)
+
+
+def _delta_checkpoints(names: Iterable[str]) -> dict[int, list[str]]:
+    """``{version: the files of one complete checkpoint}`` among the log's file names.
+
+    Classic ``<v>.checkpoint.parquet``, multi-part
+    ``<v>.checkpoint.<part>.<parts>.parquet`` (kept only with every part) and
+    V2 ``<v>.checkpoint.<uuid>.json|parquet``.
+    """
+    out: dict[int, list[str]] = {}
+    multi: dict[tuple[int, int], list[str]] = {}
+    for name in names:
+        m = _DELTA_CHECKPOINT.match(name)
+        if not m:
+            continue
+        version = int(m.group(1))
+        if m.group(2):  # multi-part
+            multi.setdefault((version, int(m.group(3))), []).append(name)
+        else:
+            out.setdefault(version, [name])
+    for (version, parts), files in multi.items():
+        if len(files) == parts and version not in out:
+            out[version] = sorted(files)
+    return out
+
+
+def _delta_checkpoint_files(fs, log_dir: str, parts: list[str], root: str) -> dict[str, str] | None:
+    """``{file: deletion vector}`` of a checkpoint's ``add`` actions (V2 sidecars included), or None if unreadable."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    adds: list[dict[str, Any]] = []
+    sidecars: list[str] = []
+    try:
+        for name in parts:
+            full = f"{log_dir}/{name}"
+            if name.endswith(".json"):  # a V2 checkpoint written as JSON
+                with fs.open_input_stream(full) as fh:
+                    for line in fh.read().decode().splitlines():
+                        action = json.loads(line) if line.strip() else {}
+                        if "add" in action:
+                            adds.append(action["add"])
+                        elif "sidecar" in action:
+                            sidecars.append(action["sidecar"]["path"])
+                continue
+            with fs.open_input_file(full) as fh:
+                schema = pq.read_schema(fh)
+                fh.seek(0)
+                cols = [c for c in ("add", "sidecar") if c in schema.names]
+                table = pq.read_table(fh, columns=cols)
+            adds += _struct_rows(table, "add")
+            sidecars += [r["path"] for r in _struct_rows(table, "sidecar")]
+        for side in sidecars:  # V2: the file actions live in _delta_log/_sidecars/
+            with fs.open_input_file(f"{log_dir}/_sidecars/{side.rsplit('/', 1)[-1]}") as fh:
+                adds += _struct_rows(pq.read_table(fh, columns=["add"]), "add")
+    except Exception as exc:  # noqa: BLE001 - a checkpoint this reader cannot read: no version from it
+        log.info("input lineage: cannot read a Delta checkpoint (%s)", type(exc).__name__)
+        return None
+    return {_delta_file(root, a["path"]): _delta_dv(a.get("deletionVector")) for a in adds}
+
+
+def _struct_rows(table, column: str) -> list[dict[str, Any]]:
+    """The non-null rows of struct ``column`` as dicts, only their ``path`` and ``deletionVector`` fields."""
+    import pyarrow.compute as pc
+
+    if column not in table.column_names:
+        return []
+    col = table.column(column).combine_chunks()
+    col = col.filter(pc.is_valid(col))
+    fields = [f.name for f in col.type if f.name in ("path", "deletionVector")]
+    return [dict(zip(fields, values, strict=True))
+            for values in zip(*(col.field(f).to_pylist() for f in fields), strict=True)] if fields else []
 
 
 def _delta_file(root: str, path: str) -> str:
@@ -425,7 +535,7 @@ def delta_versions(files: Iterable[str], *, filtered: bool = False) -> dict[str,
         states = delta_log_states(root)
         matches = [s for s in states or () if s[1] == read]
         version = matches[-1][0] if matches and len({s[2] for s in matches}) == 1 else None
-        if version is not None and filtered and any(read <= s[1] for s in states[version + 1:]):
+        if version is not None and filtered and any(read <= s[1] for s in states if s[0] > version):
             version = None
         out[root] = version
     return out
@@ -446,9 +556,9 @@ def delta_path_lineage(path: str, as_of: Mapping[str, Any] | None = None) -> dic
     if not states:
         return None
     version = as_of.get("version", states[-1][0])
-    if not 0 <= version < len(states):
+    state = next((s for s in states if s[0] == version), None)
+    if state is None:  # no such version, or one the log no longer holds
         return None
-    state = states[version]
     same = [s for s in states if s[1] == state[1]]
     if len({s[2] for s in same}) != 1:
         return None

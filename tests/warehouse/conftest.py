@@ -8,7 +8,9 @@ release supports the project's main pyspark line yet. The session is created
 by :func:`spark_dp.runtime.get_spark` with ``formats=("delta", "iceberg")``,
 so the library's own arrangement of the jars (coordinates, SQL extensions,
 Delta's catalog) is what these tests run on; ``PYSPARK_SUBMIT_ARGS`` only
-points Spark's Ivy at ``ivysettings.xml`` and the cache.
+points Spark's Ivy at ``ivysettings.xml`` and the cache. ``SPARK_DP_TEST_FORMATS``
+names the formats the suites of this run need (a Spark line without an
+Iceberg build runs the Delta suite alone).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import pytest
 
 WAREHOUSE = os.environ.get("SPARK_DP_TEST_WAREHOUSE")
+FORMATS = tuple(os.environ.get("SPARK_DP_TEST_FORMATS", "delta,iceberg").split(","))
 
 
 @pytest.fixture(scope="session")
@@ -30,10 +33,13 @@ def warehouse(tmp_path_factory):
 def spark(warehouse, tmp_path_factory):
     from spark_dp.runtime import get_spark
 
-    session = get_spark("spark-dp warehouse tests", master="local[2]", formats=("delta", "iceberg"), conf={
+    iceberg = {
         "spark.sql.catalog.local": "org.apache.iceberg.spark.SparkCatalog",
         "spark.sql.catalog.local.type": "hadoop",
         "spark.sql.catalog.local.warehouse": warehouse,
+    } if "iceberg" in FORMATS else {}
+    session = get_spark("spark-dp warehouse tests", master="local[2]", formats=FORMATS, conf={
+        **iceberg,
         "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",

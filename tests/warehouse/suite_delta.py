@@ -121,6 +121,46 @@ def test_a_catalog_table_records_the_version_read_with_every_time_travel_form(sp
         spark.sql(f"DROP TABLE IF EXISTS {name}")
 
 
+@pytest.mark.parametrize("checkpoint", ["classic", "multi-part", "v2"])
+def test_the_version_read_survives_a_log_cleaned_up_after_a_checkpoint(spark, tmp_path, checkpoint):
+    """Delta's log clean-up removes the commits before a checkpoint: the versions still readable are still named."""
+    path = str(tmp_path / f"cleaned-{checkpoint}")
+    props = {"delta.checkpointInterval": "2"}
+    if checkpoint == "v2":
+        props["delta.checkpointPolicy"] = "v2"
+    spark.createDataFrame(_rows(6, "2026-11-29"), ROWS).write.format("delta").save(path)  # version 0
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (" + ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+              + ")")  # version 1
+    if checkpoint == "multi-part":
+        spark.conf.set("spark.databricks.delta.checkpoint.partSize", "2")  # actions per part: several parts
+    try:
+        for i in range(3):  # versions 2, 3, 4: checkpoints at 2 and 4
+            spark.createDataFrame(_rows(4, "2026-11-30", 0.1 * (i + 1)), ROWS).write.format("delta") \
+                .mode("append").save(path)
+    finally:
+        spark.conf.unset("spark.databricks.delta.checkpoint.partSize")
+    log_dir = os.path.join(path, "_delta_log")
+    names = sorted(os.listdir(log_dir))
+    marks = {"classic": ".checkpoint.parquet", "multi-part": ".checkpoint.0000000001.", "v2": ".checkpoint."}
+    assert any(n.startswith("00000000000000000002" + marks[checkpoint]) for n in names), names
+    for name in names:  # what Delta's clean-up does: the commits (and their checksums) before the checkpoint go
+        if name.split(".")[0].isdigit() and int(name.split(".")[0]) < 2:
+            os.remove(os.path.join(log_dir, name))
+    assert not L.delta_path_lineage(path, {"version": 1})
+    for version in (2, 3):
+        df = spark.read.format("delta").option("versionAsOf", version).load(path)
+        assert _delta_entry(L.input_lineage(df, KEY))["version"] == str(version)
+        assert L.delta_path_lineage(path, {"version": version}) == L.input_lineage(df, KEY)
+    assert _delta_entry(L.input_lineage(spark.read.format("delta").load(path), KEY))["version"] == "4"
+    assert _delta_entry(L.delta_path_lineage(path))["version"] == "4"
+    assert L.delta_path_lineage(path, {"version": 0}) is None  # gone from the log: Delta cannot read it either
+    dp = _dp(tmp_path)
+    rel = dp.second_moment(spark.read.format("delta").option("versionAsOf", 3).load(path), ["x", "y"], epsilon=EPS,
+                           delta=DELTA, norm_bound=2.0, release_id=f"cleaned-{checkpoint}")
+    assert _delta_entry(rel.manifest["input"])["version"] == "3"
+    assert dp.ledger.lookup(f"cleaned-{checkpoint}").lineage == rel.manifest["input"]
+
+
 def test_a_version_that_does_not_exist_is_refused_before_anything_is_charged(spark, tmp_path, delta_path, capsys):
     from spark_dp.aggregates import read_dataset
 
@@ -170,6 +210,28 @@ def test_a_table_config_reads_the_version_and_the_timestamp_it_names(spark, tmp_
                                         release_id="tt1", name="tt1.yaml"))
         assert _delta_entry(ledger.lookup("tt1").lineage)["version"] == "1"
         assert got["reused"] is False
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+def test_a_rerun_over_a_catalog_table_that_moved_on_is_flagged(spark, tmp_path, delta_path, capsys):
+    name = "default.events_rerun"
+    spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{delta_path}'")
+    try:
+        latest = _config(tmp_path, {"table": name}, release_id="t-daily", name="t-latest.yaml")
+        pinned = _config(tmp_path, {"table": name, "format": "delta", "version": 1}, release_id="t-pinned",
+                         name="t-pinned.yaml")
+        assert _cli(capsys, "release", latest)["reused"] is False
+        assert _cli(capsys, "release", pinned)["reused"] is False
+        same = _cli(capsys, "release", latest)
+        assert same["reused"] is True and same["input_changed"] is False  # the catalog says: still version 1
+        spark.createDataFrame(_rows(5, "2026-12-01", 0.2), ROWS).write.format("delta").mode("append") \
+            .save(delta_path)
+        moved = _cli(capsys, "release", latest)
+        assert moved["reused"] is True and moved["input_changed"] is True
+        stored = _cli(capsys, "release", pinned)
+        assert stored["reused"] is True and stored["input_changed"] is False
+        assert len(open_ledger(f"sqlite:///{tmp_path}/jobs.db").all_charges()) == 2
     finally:
         spark.sql(f"DROP TABLE IF EXISTS {name}")
 
@@ -262,9 +324,13 @@ def _spark_dp(args, env, cwd) -> subprocess.CompletedProcess:
 def test_a_fresh_process_gets_the_delta_jars_by_itself_and_a_machine_without_them_gets_one_clear_error(
         spark, tmp_path, delta_path):
     cfg = _config(tmp_path, {"path": delta_path, "format": "delta", "version": 0}, release_id="fresh")
+    from spark_dp.runtime import TABLE_FORMAT_PACKAGES, spark_line
+
+    coordinates = TABLE_FORMAT_PACKAGES["delta"][spark_line()]  # the build for the installed pyspark's line
+    group, artifact, version = coordinates.split(":")
     ok = _spark_dp(["release", cfg], _fresh_env(tmp_path / "ivy-ok"), tmp_path)
     assert ok.returncode == 0, ok.stderr[-3000:]
-    assert "io.delta#delta-spark_2.12;3.3.3" in ok.stderr  # Spark resolved the coordinates spark-dp chose
+    assert f"{group}#{artifact};{version}" in ok.stderr  # Spark resolved the coordinates spark-dp chose
     assert json.loads(ok.stdout[ok.stdout.index("\n{") + 1:])["reused"] is False  # after Ivy's own stdout lines
     ledger = open_ledger(f"sqlite:///{tmp_path}/jobs.db")
     assert _delta_entry(ledger.lookup("fresh").lineage)["version"] == "0"
@@ -278,7 +344,7 @@ def test_a_fresh_process_gets_the_delta_jars_by_itself_and_a_machine_without_the
     assert bad.returncode != 0
     errors = [line for line in bad.stderr.splitlines() if line.startswith("spark-dp: error")]
     assert len(errors) == 1, bad.stderr[-3000:]
-    assert "io.delta:delta-spark_2.12:3.3.3" in errors[0] and "nothing was charged" in errors[0]
+    assert coordinates in errors[0] and "nothing was charged" in errors[0]
     assert ledger.lookup("offline") is None and len(ledger.all_charges()) == 1
     assert time.monotonic() - t0 < 120
 
@@ -290,3 +356,35 @@ def test_the_session_was_made_with_the_coordinates_for_this_spark_line(spark):
     assert TABLE_FORMAT_PACKAGES["delta"][spark_line(spark.version)] in packages
     assert "io.delta.sql.DeltaSparkSessionExtension" in spark.conf.get("spark.sql.extensions")
     assert spark.conf.get("spark.sql.catalog.spark_catalog") == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+def test_delta_s_python_api_works_on_the_jars_spark_dp_chose(spark, tmp_path, delta_path):
+    """spark-dp needs only the jars, which carry Delta's Python API; ``spark-dp[delta]`` adds the delta-spark package.
+
+    The session puts the jar on ``sys.path`` ahead of site-packages, so
+    ``delta`` imported after the session starts is the jar's copy; imported
+    before it (the extra's venv, in a fresh process), the package's.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    import delta
+    from delta.tables import DeltaTable
+
+    assert ".jar" in delta.__file__  # the copy in the jar spark-dp chose
+    assert sorted(r[0] for r in DeltaTable.forPath(spark, delta_path).history().select("version").collect()) == [0, 1]
+    if os.environ.get("SPARK_DP_TEST_ENTRY") != "delta":  # every other matrix entry runs the suite without it
+        with pytest.raises(PackageNotFoundError):
+            version("delta-spark")
+        return
+    assert version("delta-spark").startswith("4.4.") and version("pyspark") == "4.2.0"
+    script = (  # the package's delta.tables, imported before the session, on the jars spark-dp adds
+        "import delta, delta.tables, sys\n"
+        "from spark_dp.runtime import get_spark\n"
+        "spark = get_spark('api', formats=('delta',))\n"
+        f"h = delta.tables.DeltaTable.forPath(spark, {delta_path!r}).history().select('version').collect()\n"
+        "print('API', delta.__file__, sorted(r[0] for r in h))\n")
+    got = subprocess.run([sys.executable, "-c", script], env=_fresh_env(tmp_path / "ivy-api"), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-3000:]
+    [line] = [x for x in got.stdout.splitlines() if x.startswith("API ")]
+    assert "site-packages" in line and line.endswith("[0, 1]"), line

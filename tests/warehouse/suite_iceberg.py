@@ -67,17 +67,31 @@ def _config(tmp_path, dataset: dict, *, release_id: str, output=None) -> str:
     return str(path)
 
 
+def _as_of(spark, **options):
+    """A reader of ``TABLE`` with Iceberg's time-travel options in the form this Spark line's Iceberg reads."""
+    from spark_dp.runtime import iceberg_time_travel_options
+
+    return spark.read.options(**iceberg_time_travel_options(options, spark.version)).table(TABLE)
+
+
 def test_a_table_and_its_snapshots_record_the_snapshot_read(spark, snapshots, tmp_path):
+    from spark_dp.runtime import spark_line
+
     (s0, t0), (s1, _) = snapshots
     assert _version(L.input_lineage(spark.table(TABLE), KEY)) == str(s1)
-    assert _version(L.input_lineage(spark.read.option("snapshot-id", s0).table(TABLE), KEY)) == str(s0)
+    assert _version(L.input_lineage(_as_of(spark, **{"snapshot-id": s0}), KEY)) == str(s0)
     ms = int(t0.replace(tzinfo=UTC).timestamp() * 1000) if t0.tzinfo is None else int(t0.timestamp() * 1000)
-    assert _version(L.input_lineage(spark.read.option("as-of-timestamp", ms).table(TABLE), KEY)) == str(s0)
+    assert _version(L.input_lineage(_as_of(spark, **{"as-of-timestamp": ms}), KEY)) == str(s0)
+    assert _as_of(spark, **{"snapshot-id": s0}).count() == 20 and _as_of(spark, **{"as-of-timestamp": ms}).count() == 20
     assert _version(L.input_lineage(spark.sql(f"SELECT * FROM {TABLE} VERSION AS OF {s0}"), KEY)) == str(s0)
+    assert spark.sql(f"SELECT * FROM {TABLE} VERSION AS OF {s0}").count() == 20
+    if tuple(map(int, spark_line(spark.version).split("."))) >= (4, 1):  # why the options are rewritten there
+        with pytest.raises(Exception, match="no longer supported"):
+            spark.read.option("snapshot-id", s0).table(TABLE).count()
     # The API: the version read goes into the manifest and the ledger charge.
     dp = DPSession("ice-api", ledger=f"sqlite:///{tmp_path}/api.db", epsilon_limit=5.0, delta_limit=1e-4,
                    output=str(tmp_path / "api"), sampler="numpy")
-    rel = dp.second_moment(spark.read.option("snapshot-id", s0).table(TABLE), ["x", "y"], epsilon=EPS, delta=DELTA,
+    rel = dp.second_moment(_as_of(spark, **{"snapshot-id": s0}), ["x", "y"], epsilon=EPS, delta=DELTA,
                            norm_bound=2.0, release_id="ice-s0")
     assert _version(rel.manifest["input"]) == str(s0) and dp.ledger.lookup("ice-s0").lineage == rel.manifest["input"]
 
