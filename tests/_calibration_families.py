@@ -87,6 +87,19 @@ def frequencies(name: str, m: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, counts.astype(np.float64)
 
 
+def _buckets_and_signs(ids: np.ndarray, seeds: list[int], buckets: int, signed: bool):
+    """:func:`spark_dp.sketch.hashing.buckets_and_signs` for non-null integer items, on the arrays directly (fast)."""
+    from spark_dp.aggregates.xxh64 import sign_seed, spark_seed_state, xxh64_long_array
+
+    h = np.empty((len(seeds), ids.size), dtype=np.int64)
+    s = np.ones((len(seeds), ids.size), dtype=np.int64)
+    for i, seed in enumerate(seeds):
+        h[i] = np.mod(xxh64_long_array(ids, spark_seed_state(seed)).view(np.int64), np.int64(buckets))
+        if signed:
+            s[i] = 1 - 2 * (xxh64_long_array(ids, spark_seed_state(sign_seed(seed))).view(np.int64) & np.int64(1))
+    return h, s
+
+
 class _Chokepoint(FakeChokepoint):
     """FakeChokepoint with Count-Min's Laplace draws (tests/_coverage.py's)."""
 
@@ -105,7 +118,6 @@ def sketch_cell(name: str, mechanism: str, *, epsilon: float, m: int = 1, k: int
     default threshold 3σ). ``heavy``: the present items of the top 1 % by frequency (at least 20).
     """
     from spark_dp.sketch.count_sketch import combine, simple_estimates, table_total
-    from spark_dp.sketch.hashing import buckets_and_signs
     from spark_dp.sketch.mechanisms import DEFAULT_ESTIMATOR, SIGNED, plan_sketch, release_table
     from spark_dp.sketch.uncertainty import (
         collision_quantiles,
@@ -130,7 +142,7 @@ def sketch_cell(name: str, mechanism: str, *, epsilon: float, m: int = 1, k: int
     widths, fp_bounds = [], []
     for r in range(reps):
         seeds = [int(s) for s in rng.integers(-(2 ** 63), 2 ** 63 - 1, size=k, dtype=np.int64)]
-        h, s = buckets_and_signs(queried.tolist(), seeds, buckets, "long")
+        h, s = _buckets_and_signs(queried, seeds, buckets, signed)
         table = np.zeros((k, buckets))
         n = ids.size
         for i in range(k):
@@ -179,12 +191,12 @@ def tensor_cell(name: str, *, epsilon: float, k: int = 2, reps: int = 100, level
     from spark_dp.tensor.private import eigenvalue_uncertainty, private_online_power_method, rows_plan
     from tests._calibration import TABLE, load
 
-    x, y, scaling = load(name)
+    x, y, _ = load(name)
     t = TABLE[name]
     cols = list(t.features) + [t.label]
     data = np.column_stack([x[:, :-1], y])
-    lo = np.array([scaling.bounds[i][0] for i in range(len(cols))])
-    hi = np.array([scaling.bounds[i][1] for i in range(len(cols))])
+    lo = np.array([t.bounds[c][0] for c in cols])
+    hi = np.array([t.bounds[c][1] for c in cols])
     a = (data - (lo + hi) / 2) / ((hi - lo) / 2)
     d = a.shape[1]
     bound = math.sqrt(d)
@@ -202,7 +214,7 @@ def tensor_cell(name: str, *, epsilon: float, k: int = 2, reps: int = 100, level
         dec = private_online_power_method(moments, d=d, k=k, L=restarts, R=iterations, plan=plan,
                                           chokepoint=FakeChokepoint.seeded(seed * 100_003 + r),
                                           rng=np.random.default_rng(seed * 7919 + r))
-        u = eigenvalue_uncertainty(dec.eigenvalues, np.full(k, plan.eigen_sigma), restarts=restarts, level=level,
+        u = eigenvalue_uncertainty(dec.eigenvalues, np.full(k, plan.sigma), restarts=restarts, level=level,
                                    source="rows")
         kind = u.kind
         lam, V = dec.eigenvalues, dec.eigenvectors
@@ -214,3 +226,37 @@ def tensor_cell(name: str, *, epsilon: float, k: int = 2, reps: int = 100, level
     return {"table": name, "epsilon": epsilon, "m": m, "k": k, "restarts": restarts, "reps": reps,
             "rows": int(a.shape[0]), "features": d, "coverage": hits / total, "kind": kind,
             "width": float(np.median(widths))}
+
+
+def in_memory_release(noisy: np.ndarray, seeds: list[int], mechanism: str, plan, *, threshold: float | None = None,
+                      nonnegative: bool = True, level: float = 0.95):
+    """A count_sketch :class:`~spark_dp.release.Release` of a released table, as the API writes it (no Spark).
+
+    Its manifest's ``sketch.estimate_intervals`` and ``heavy_hitters`` come from the same functions the API calls.
+    """
+    from spark_dp.release.release import Release
+    from spark_dp.sketch.estimate import seeds_to_payload
+    from spark_dp.sketch.mechanisms import DEFAULT_ESTIMATOR, SIGNED
+    from spark_dp.sketch.uncertainty import estimate_interval_info, false_positive_rate, false_positive_rate_bound
+
+    est = DEFAULT_ESTIMATOR[mechanism]
+    k, b = noisy.shape
+    info, mass = estimate_interval_info(noisy, mechanism, est, plan.noise, plan.scale, level, nonnegative=nonnegative)
+    threshold = 3.0 * plan.counter_std if threshold is None else threshold
+    hh = {"threshold": threshold, "top": 10,
+          "false_positive_rate": false_positive_rate(est, plan.noise, plan.scale, k, threshold, b),
+          "false_positive_rate_bound": None if mass.reason else false_positive_rate_bound(
+              est, plan.noise, plan.scale, mass, threshold)}
+    manifest = {"release_id": "calibration", "task": "count_sketch", "mechanism": mechanism,
+                "sketch": {"item_kind": "long", "repetitions": k, "buckets": b, "signed": SIGNED[mechanism],
+                           "estimator": est, "estimate_intervals": info},
+                "heavy_hitters": hh, "uncertainty": {"level": level, "arrays": {}},
+                "policies": {"weights": "each row counts 1" if nonnegative else "clipped to [-1, 1] per row"},
+                "privacy": {"noise_family": plan.noise, "noise_scale": plan.scale, "epsilon": plan.budget.epsilon,
+                            "delta": plan.budget.delta}}
+    from spark_dp.sketch.uncertainty import counter_uncertainty
+
+    u = counter_uncertainty(noisy, plan.noise, plan.scale, level)
+    manifest["uncertainty"]["arrays"]["sketch"] = u.describe()
+    return Release(release_id="calibration", arrays={"sketch": noisy, "seeds": seeds_to_payload(seeds)},
+                   manifest=manifest, uncertainty={"sketch": u})

@@ -210,7 +210,8 @@ class CollisionMass:
         return self.total / self.buckets if not self.signed else math.sqrt(self.f2 / self.buckets)
 
     def as_dict(self) -> dict:
-        return {"signed": self.signed, "total_mass_upper": self.total, "f2_upper": self.f2, "rate": self.rate,
+        return {"signed": self.signed, "total_mass_upper": self.total, "f2_upper": self.f2,
+                "rate": None if self.reason is not None else self.rate,
                 "fails_with_probability_at_most": self.alpha, "refused": self.reason}
 
 
