@@ -39,6 +39,7 @@ SIZES = ((5, 1024), (15, 65536))  # (k, b): a small sketch where collisions matt
 PCA_TABLES = ("weather", "diamonds", "fair", "wage", "cps1988", "synthetic")
 PCA_MECHANISMS = ("analyze_gauss", "wishart", "jl_ridge", "inverse_wishart")
 TENSOR_TABLES = ("weather", "diamonds", "fair", "wage", "cps1988", "synthetic")
+UNIT_TABLES = ("weather", "fair")
 
 
 def grid():
@@ -58,6 +59,9 @@ def grid():
         for eps in EPSILONS:
             for restarts in (1, 3):
                 yield "tensor", (name, eps, restarts)
+    for name in UNIT_TABLES:  # privacy units of m = 4 consecutive rows (none dropped): the noise planned for m > 1
+        yield "pca", (name, "analyze_gauss", 1.0, 4)  # the others' proofs are for one row per unit (refused)
+        yield "tensor", (name, 1.0, 1, 4)
 
 
 def measure(family: str, key: tuple, reps: int) -> dict:
@@ -66,35 +70,38 @@ def measure(family: str, key: tuple, reps: int) -> dict:
         name, mech, eps, m, k, b = key
         r = sketch_cell(name, mech, epsilon=eps, m=m, k=k, buckets=b, reps=reps)
     elif family == "pca":
-        name, mech, eps = key
-        r = _pca(name, mech, eps, reps if mech != "inverse_wishart" else max(reps // 2, 1))
+        name, mech, eps, *m = key
+        r = _pca(name, mech, eps, reps if mech != "inverse_wishart" else max(reps // 2, 1), m[0] if m else 1)
     else:
-        name, eps, restarts = key
-        r = _tensor(name, eps, restarts, reps)
+        name, eps, restarts, *m = key
+        r = _tensor(name, eps, restarts, reps, m[0] if m else 1)
     r = {k: (float(v) if isinstance(v, np.floating | np.bool_) else v) for k, v in r.items()}
     r.update(family=family, key=list(key), seconds=time.time() - t0)
     return r
 
 
-def _pca(name: str, mech: str, eps: float, reps: int) -> dict:
+def _pca(name: str, mech: str, eps: float, reps: int, m: int = 1) -> dict:
     from tests._calibration import pca_cell
+    from tests._calibration_families import pca_units_cell
     from tests._coverage import second_moment_coverage
 
-    if name == "synthetic":
+    if m > 1:
+        r = pca_units_cell(name, mech, epsilon=eps, m=m, reps=reps)
+    elif name == "synthetic":
         r = second_moment_coverage(mech, d=5, n=5000, epsilon=eps, reps=reps, seed=0, bounded=True)
     else:
         r = pca_cell(name, mech, epsilon=eps, reps=reps)
-    return {"table": name, "mechanism": mech, "epsilon": eps, "m": 1, "reps": reps, **r}
+    return {"table": name, "mechanism": mech, "epsilon": eps, "m": m, "reps": reps, **r}
 
 
-def _tensor(name: str, eps: float, restarts: int, reps: int) -> dict:
+def _tensor(name: str, eps: float, restarts: int, reps: int, m: int = 1) -> dict:
     if name == "synthetic":
         from tests._coverage import tensor_coverage
 
         r = tensor_coverage(epsilon=eps, reps=reps, restarts=restarts, seed=0)
         return {"table": "synthetic (explicit tensor)", "epsilon": eps, "m": 1, "k": 2, "restarts": restarts,
                 "reps": reps, "coverage": r["eigenvalues"], "kind": r["kind"], "width": None}
-    return tensor_cell(name, epsilon=eps, reps=reps, restarts=restarts)
+    return tensor_cell(name, epsilon=eps, reps=reps, restarts=restarts, m=m)
 
 
 def _f(x, fmt=".3f") -> str:
@@ -123,17 +130,20 @@ def tables(rows: list[dict]) -> str:
                    f"{_f(r['false_positive_rate'], '.3g')} | {_f(r['false_positive_bound'], '.2g')} |")
     out += ["", "**PCA** (share of upper-triangle second-moment entries whose interval holds; share of releases in "
             "which every eigenvalue / eigenvector / top-2 subspace bound holds):", "",
-            "| table | mechanism | ε | releases | matrix entries | kind | eigenvalues | eigenvectors | subspace | "
-            "subspace bound informative |", "|" + "---|" * 10]
+            "| table | mechanism | ε | m | releases | matrix entries | worst entry | kind | median width (data units) | "
+            "eigenvalues | eigenvectors | subspace | subspace bound informative | eigenvalue bound median width |",
+            "|" + "---|" * 14]
     for r in pca:
-        out.append(f"| {r['table']} | {r['mechanism']} | {r['epsilon']:g} | {r['reps']} | {_flag(r['matrix'])} | "
-                   f"{r['matrix_kind']} | {_flag(r['eigenvalues'])} | {_flag(r['eigenvectors'])} | "
-                   f"{_flag(r['subspace'])} | {'yes' if r['subspace_bound_informative'] else 'no'} |")
+        out.append(f"| {r['table']} | {r['mechanism']} | {r['epsilon']:g} | {r['m']} | {r['reps']} | {_flag(r['matrix'])} | "
+                   f"{_f(r['matrix_worst_entry'])} | {r['matrix_kind']} | {_f(r['matrix_median_width'], '.3g')} | "
+                   f"{_flag(r['eigenvalues'])} | {_flag(r['eigenvectors'])} | "
+                   f"{_flag(r['subspace'])} | {'yes' if r['subspace_bound_informative'] else 'no'} | "
+                   f"{_f(r['eigenvalue_width'], '.3g')} |")
     out += ["", "**Tensors** (rows mechanism, reuse, k = 2, R = 5, rows scaled to [-1, 1] by the table's public "
             "bounds; the synthetic row is the explicit orthogonal tensor of `tests/_coverage.py`):", "",
-            "| table | ε | L | releases | coverage | kind | median width |", "|---|---|---|---|---|---|---|"]
+            "| table | ε | L | m | releases | coverage | kind | median width |", "|---|---|---|---|---|---|---|---|"]
     for r in ten:
-        out.append(f"| {r['table']} | {r['epsilon']:g} | {r['restarts']} | {r['reps']} | {_flag(r['coverage'])} | "
+        out.append(f"| {r['table']} | {r['epsilon']:g} | {r['restarts']} | {r['m']} | {r['reps']} | {_flag(r['coverage'])} | "
                    f"{r['kind']} | {_f(r['width'], '.3g')} |")
     return "\n".join(out)
 

@@ -260,3 +260,23 @@ def in_memory_release(noisy: np.ndarray, seeds: list[int], mechanism: str, plan,
     manifest["uncertainty"]["arrays"]["sketch"] = u.describe()
     return Release(release_id="calibration", arrays={"sketch": noisy, "seeds": seeds_to_payload(seeds)},
                    manifest=manifest, uncertainty={"sketch": u})
+
+
+def pca_units_cell(name: str, mechanism: str, *, epsilon: float, m: int, reps: int = 100, seed: int = 0) -> dict:
+    """:func:`tests._calibration.pca_cell` with privacy units of m consecutive rows (none dropped: the truth is
+    unchanged, the noise is the one planned for m rows per unit)."""
+    from spark_dp.second_moment._scaling import Scaling
+    from tests._calibration import TABLE, load
+    from tests._coverage import second_moment_coverage
+
+    x, y, scaling = load(name)
+    t = TABLE[name]
+    cols = list(t.features) + [t.label]
+    bounds = {c: b for c, b in zip(scaling.columns, scaling.bounds, strict=True)}
+    data = np.column_stack([x[:, :-1], y])
+    lo = np.array([bounds[c][0] for c in cols])
+    hi = np.array([bounds[c][1] for c in cols])
+    scaled = np.hstack([(data - (lo + hi) / 2) / ((hi - lo) / 2), np.ones((len(data), 1))])
+    sc = Scaling.of(cols, bounds, constant_at=len(cols))
+    return second_moment_coverage(mechanism, d=len(cols), n=len(data), epsilon=epsilon, reps=reps, seed=seed,
+                                  bounded=True, data=(scaled, sc), max_rows_per_unit=m)

@@ -377,8 +377,7 @@ def uncertainty_section(release: Release, *, entries: int = ENTRIES) -> list[str
             lines += [f"**No interval for the estimates** (they are NaN in `spark-dp estimate` and "
                       f"`to_pandas('estimates')`): {est['method']}.", ""]
         else:
-            lines += [f"Each {est['estimator']} estimate's interval (noise and hash collisions together, a bound): "
-                      f"{est['method']}.", ""]
+            lines += [f"Each {est['estimator']} estimate's {est['kind']}: {est['method']}.", ""]
         noise = est.get("noise_only") or {}
         if noise:
             lines += [f"The noise part alone would be [estimate - {_fmt(float(noise['high']))}, estimate + "
