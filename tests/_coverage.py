@@ -66,6 +66,8 @@ def second_moment_coverage(mechanism: str, *, d: int, n: int, epsilon: float, de
     iu = np.triu_indices(size)
     true_vals, true_vecs = principal_components(pca_truth, 2)
     hits = entries = eig_hits = vec_hits = sub_hits = 0
+    entry_hits = np.zeros(len(iu[0]))
+    widths, eig_widths = [], []
     kind = None
     for r in range(reps):
         cp = FakeChokepoint.seeded(seed * 100_003 + r)
@@ -78,11 +80,14 @@ def second_moment_coverage(mechanism: str, *, d: int, n: int, epsilon: float, de
         target = truth + o * (np.eye(size) if transform is None else transform @ transform.T)
         inside = (u.low <= target) & (target <= u.high)
         hits += int(inside[iu].sum())
+        entry_hits += inside[iu]
+        widths.append((u.high - u.low)[iu])
         entries += len(iu[0])
         vals, vecs = principal_components(released if t_data is None else t_data @ released @ t_data.T, 2)
         bounds, acc = pca_uncertainty(plan.mechanism, plan.privacy, plan.params, released, vals, vecs, norm_bound,
                                       level, transform=t_data)
         ev = bounds["eigenvalues"]
+        eig_widths.append(float(np.median(ev.high - ev.low)))
         eig_hits += bool(np.all((ev.low <= true_vals) & (true_vals <= ev.high)))
         vb = bounds["eigenvectors"]
         # up to sign: the true vector with the sign closest to the released one
@@ -95,7 +100,9 @@ def second_moment_coverage(mechanism: str, *, d: int, n: int, epsilon: float, de
         sub_hits += sin_true <= acc["subspace_sin_theta_bound"] + 1e-12
     return {"matrix": hits / entries, "matrix_kind": kind, "eigenvalues": eig_hits / reps,
             "eigenvectors": vec_hits / reps, "subspace": sub_hits / reps,
-            "subspace_bound_informative": acc["subspace_sin_theta_bound"] < 1.0}
+            "subspace_bound_informative": acc["subspace_sin_theta_bound"] < 1.0,
+            "matrix_worst_entry": float(entry_hits.min() / reps), "matrix_median_width": float(np.median(widths)),
+            "eigenvalue_width": float(np.median(eig_widths))}
 
 
 def sketch_coverage(mechanism: str, *, k: int, epsilon: float, delta: float = 1e-6, reps: int = 200,

@@ -164,9 +164,15 @@ def _predicted_equals_released(preview, release, method, args) -> None:
     elif method == "count_sketch":
         from spark_dp.sketch.uncertainty import estimate_intervals
 
-        est, low, high = estimate_intervals(release, [1] if args == ("iid",) else ["item1"])
+        # the prediction is the noise part alone: a lower limit without hash collisions (the release adds them)
+        items = [1] if args == ("iid",) else ["item1"]
+        est, low, high = estimate_intervals(release, items, collisions=False)
         assert est - high == pytest.approx([acc["per_estimate"]["low"]], rel=1e-9)
         assert est - low == pytest.approx([acc["per_estimate"]["high"]], rel=1e-9)
+        if release.manifest["mechanism"] != "histogram":
+            assert acc["lower_limit"] and "LOWER LIMIT" in acc["what"] and "no hash collisions" in acc["what"]
+            _, c_low, c_high = estimate_intervals(release, items)  # with collisions: wider, or refused (NaN)
+            assert np.isnan(c_low).all() or (c_high - c_low >= high - low - 1e-9).all()
         hh = release.manifest["heavy_hitters"]
         if "heavy_hitter_threshold" in acc:
             assert acc["heavy_hitter_threshold"]["false_positive_rate_per_absent_item"] == hh["false_positive_rate"]

@@ -212,8 +212,14 @@ def test_every_family_releases_its_error_bars(spark, tmp_path):
     assert "sketch" in sk.uncertainty and 0 < sk.manifest["heavy_hitters"]["false_positive_rate"] < 1
     from spark_dp.sketch import estimate_intervals
 
-    est, low, high = estimate_intervals(load_release(sk.path), ["q0", "q1"])
+    est, low, high = estimate_intervals(load_release(sk.path), ["q0", "q1"], collisions=False)  # the noise part
     assert np.all(low < est) and np.all(est < high)
+    from spark_dp.sketch.uncertainty import estimate_bounds
+
+    got = estimate_bounds(load_release(sk.path), ["q0", "q1"])  # 3 x 16 counters: too few to bound collisions
+    assert got.kind == "none" and np.isnan(got.low).all() and "too few" in got.method
+    assert sk.manifest["sketch"]["estimate_intervals"]["kind"] == "none"
+    assert sk.manifest["heavy_hitters"]["false_positive_rate_bound"] is None
     t = dp.tensor_decomposition(df, ["x1", "x2", "x3"], 1, norm_bound=1.0, restarts=1, iterations=2, mode="reuse",
                                 **kw)
     assert t.uncertainty["eigenvalues"].kind == "interval" and t.stderr("eigenvalues")[0] == t.privacy["noise_scale"]

@@ -214,7 +214,7 @@ def _add_sketch_commands(sub) -> None:
 
         from spark_dp.release import load_release
         from spark_dp.sketch.estimate import SketchView, coerce_items
-        from spark_dp.sketch.uncertainty import estimate_intervals
+        from spark_dp.sketch.uncertainty import estimate_bounds
 
         release = load_release(args.release_dir)
         view = SketchView.of(release)
@@ -223,8 +223,11 @@ def _add_sketch_commands(sub) -> None:
         with open(args.items, encoding="utf-8") as fh:
             lines = [ln.rstrip("\n") for ln in fh if ln.rstrip("\n") != ""]
         items = coerce_items(lines, view.kind, parse=True)
-        # low/high: the interval of the noise part of each estimate, at the release's level (sketch/uncertainty.py)
-        est, low, high = estimate_intervals(release, items)
+        # low/high: noise and hash collisions together, at the release's level (sketch/uncertainty.py); NaN where
+        # refused, the reason on stderr (stdout stays CSV)
+        got = estimate_bounds(release, items)
+        est, low, high = got.estimates, got.low, got.high
+        print(f"spark-dp: estimate: intervals ({got.kind}, covers {got.covers}): {got.method}", file=sys.stderr)
         out = csv.writer(sys.stdout, lineterminator="\n")
         out.writerow(["item", "estimate", "low", "high"])
         for row in zip(items, est, low, high, strict=True):

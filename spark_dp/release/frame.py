@@ -138,24 +138,26 @@ def _extra_names(release: Release) -> str:
 
 
 def estimates_frame(release: Release, items: Sequence[Any]) -> pd.DataFrame:
-    """``item``, ``value`` (the estimate), ``stderr``, ``low``, ``high`` (its noise part) of a count_sketch release."""
+    """``item``, ``value`` (the estimate), ``stderr``, ``low``, ``high`` of a count_sketch release.
+
+    ``low``/``high``: noise and hash collisions together (a bound, no stderr) for hashed sketches, the exact noise
+    interval for a histogram; NaN where refused. ``frame.attrs``: ``kind``, ``covers`` and ``note`` (the method, or
+    why the interval was refused). Post-processing of the release (spark_dp.sketch.uncertainty.estimate_bounds).
+    """
     import pandas as pd
 
     # lazy: sketch estimates are post-processing the sketch layer owns (its estimators and their noise laws)
     from spark_dp.sketch.estimate import SketchView, coerce_items
-    from spark_dp.sketch.uncertainty import ONE_COUNTER, counter_noise, estimate_intervals, estimate_noise
+    from spark_dp.sketch.uncertainty import estimate_bounds
 
     view = SketchView.of(release)
     items = coerce_items(list(items), view.kind)
-    est, low, high = estimate_intervals(release, items)
-    family, scale = counter_noise(release.manifest)
-    estimator = view.estimator(None)
-    k = 1 if estimator in ONE_COUNTER else int(view.table.shape[0])
-    level = release.confidence or 0.95
-    se = estimate_noise(estimator, family, float(scale), k, level, view.buckets)[2]
-    est = np.asarray(est, dtype=np.float64)
-    return pd.DataFrame({"item": list(items), "value": est, "stderr": np.where(np.isnan(est), np.nan, se),
-                         "low": np.asarray(low, dtype=np.float64), "high": np.asarray(high, dtype=np.float64)})
+    got = estimate_bounds(release, items)
+    est = np.asarray(got.estimates, dtype=np.float64)
+    frame = pd.DataFrame({"item": list(items), "value": est, "stderr": np.asarray(got.stderr, dtype=np.float64),
+                          "low": np.asarray(got.low, dtype=np.float64), "high": np.asarray(got.high, dtype=np.float64)})
+    frame.attrs.update(kind=got.kind, covers=got.covers, note=got.method)
+    return frame
 
 
 def heavy_hitters_frame(release: Release) -> pd.DataFrame:

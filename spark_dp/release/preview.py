@@ -685,17 +685,23 @@ def _sketch(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
     if ws is not None:
         scale *= float(ws["scale"])
     lo, hi, sd = estimate_noise(estimator, family, scale, k, level, b)
-    out = {"what": "the noise part of each frequency estimate (hash collisions add to it for sketches)",
+    hashed = mechanism != "histogram"
+    out = {"what": ("the noise part of each frequency estimate: a LOWER LIMIT on its error that assumes no hash "
+                    "collisions (the release's intervals add the collisions, read from the released table)"
+                    if hashed else "the noise of each frequency estimate (a histogram has no collisions: exact)"),
            "predicted": True, "per_estimate": {"low": lo, "high": hi, "stderr": sd, "estimator": estimator},
+           "lower_limit": hashed,
            "method": ("the estimator's noise law over k counters (spark_dp.sketch.uncertainty.estimate_noise, as "
-                      "spark-dp estimate uses it)")}
+                      "spark-dp estimate's noise part)")}
     if ws is not None:
         out["units"] = (f"the weight's ({ws['column']!r} clamped to {ws['bounds']}; the mechanism's noise times "
                         f"M = {ws['scale']:g}, exact)")
     hh = manifest.get("heavy_hitters") or {}
     if hh.get("false_positive_rate") is not None:
         out["heavy_hitter_threshold"] = {"threshold": hh.get("threshold"),
-                                         "false_positive_rate_per_absent_item": hh["false_positive_rate"]}
+                                         "false_positive_rate_per_absent_item": hh["false_positive_rate"],
+                                         "note": "noise alone, assuming no hash collisions: a lower limit (the "
+                                                 "release's false_positive_rate_bound includes collisions)"}
     if params.get("heavy_hitters", {}).get("levels"):
         out["note"] = "every level of the dyadic stack has the same per-counter noise"
     return out

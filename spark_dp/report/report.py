@@ -370,10 +370,26 @@ def uncertainty_section(release: Release, *, entries: int = ENTRIES) -> list[str
                   f"bound is {_fmt(float(centre['norm_bound']))}"
                   + "".join(f", {k.replace('_', ' ')} {_fmt(float(centre[k]))}" for k in ("sensitivity", "noise_sigma")
                             if isinstance(centre.get(k), int | float)) + ".", ""]
+    est = (release.manifest.get("sketch") or {}).get("estimate_intervals")
+    if est:
+        lines += ["### Frequency estimates", ""]
+        if est.get("kind") == "none":
+            lines += [f"**No interval for the estimates** (they are NaN in `spark-dp estimate` and "
+                      f"`to_pandas('estimates')`): {est['method']}.", ""]
+        else:
+            lines += [f"Each {est['estimator']} estimate's {est['kind']}: {est['method']}.", ""]
+        noise = est.get("noise_only") or {}
+        if noise:
+            lines += [f"The noise part alone would be [estimate - {_fmt(float(noise['high']))}, estimate + "
+                      f"{_fmt(-float(noise['low']))}]: a lower limit, exact only without hash collisions.", ""]
     hh = release.manifest.get("heavy_hitters") or {}
     if "false_positive_rate" in hh:
         lines += [f"Heavy-hitter threshold {_fmt(float(hh['threshold']))}: false-positive rate "
                   f"{_fmt(float(hh['false_positive_rate']))} ({hh.get('false_positive_rate_meaning', '')}).", ""]
+    if "false_positive_rate_bound" in hh:
+        b = hh["false_positive_rate_bound"]
+        lines += [f"With hash collisions the false-positive rate is at most {'(none)' if b is None else _fmt(float(b))} "
+                  f"({hh.get('false_positive_rate_bound_meaning', '')}).", ""]
     return lines
 
 

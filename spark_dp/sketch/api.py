@@ -31,7 +31,12 @@ from spark_dp.sketch.constraints import PARAMS as SKETCH_PARAMS
 from spark_dp.sketch.estimate import heavy_hitters_note, seeds_to_payload
 from spark_dp.sketch.hashing import MASK, SIGN_SALT, to_signed
 from spark_dp.sketch.mechanisms import REGISTRY, accepting, plan_sketch, release_table
-from spark_dp.sketch.uncertainty import counter_uncertainty, false_positive_rate
+from spark_dp.sketch.uncertainty import (
+    counter_uncertainty,
+    estimate_interval_info,
+    false_positive_rate,
+    false_positive_rate_bound,
+)
 
 if TYPE_CHECKING:
     from spark_dp.session import DPSession
@@ -582,8 +587,8 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
         hh_info["false_positive_rate"] = false_positive_rate(spec.estimator, plan.noise, counter_scale, r.k,
                                                              r.threshold, r.b)
         hh_info["false_positive_rate_meaning"] = (
-            f"probability that an item of true frequency 0 (no hash collisions) has a {spec.estimator} estimate >= "
-            "threshold from the privacy noise alone")
+            f"probability that an item of true frequency 0 has a {spec.estimator} estimate >= threshold from the "
+            "privacy noise alone, assuming no hash collisions (a lower limit: false_positive_rate_bound includes them)")
     if r.hashed:
         hh_info["items_are"] = ("hashed ids xxhash64(domain_hash.seed, item) & (2^levels - 1); map public "
                                 "candidates through the hash to name them (spark-dp heavy-hitters --candidates)")
@@ -603,6 +608,19 @@ def _release_plan(r: _SketchRequest) -> ReleasePlan:
                 manifest["heavy_hitters"]["note"] = cut
         unc = {name: counter_uncertainty(arrays[name], plan.noise, counter_scale, level)
                for name in ("sketch", "dyadic_sketch", "histogram") if name in arrays}
+        if "sketch" in arrays:  # the estimates' intervals: post-processing of the released (level-L) table
+            info, mass = estimate_interval_info(
+                arrays["sketch"], r.mechanism, spec.estimator, plan.noise, counter_scale, level,
+                nonnegative=r.weight is None or (r.weight_bounds is not None and r.weight_bounds[0] >= 0))
+            manifest["sketch"]["estimate_intervals"] = info
+            if r.threshold is not None:
+                hh = manifest.setdefault("heavy_hitters", dict(hh_info))
+                hh["false_positive_rate_bound"] = None if mass.reason is not None else false_positive_rate_bound(
+                    spec.estimator, plan.noise, counter_scale, mass, r.threshold)
+                hh["false_positive_rate_bound_meaning"] = (
+                    "upper bound on the probability that an item absent from the data has an estimate >= threshold, "
+                    "hash collisions included (post-processing of the released table; "
+                    + (mass.reason if mass.reason else "Markov/Cantelli on the collision mass") + ")")
         return Noised(arrays, manifest, uncertainty=unc)
 
     privacy = {

@@ -144,11 +144,16 @@ def merge_sketches(
     manifest = {
         "schema_version": MANIFEST_SCHEMA_VERSION, "release_id": rid, "dataset_id": first["dataset_id"],
         "task": "count_sketch", "mechanism": first["mechanism"], "columns": first.get("columns"),
-        "params": first.get("params"), "policies": first.get("policies"), "sketch": first["sketch"],
+        "params": first.get("params"), "policies": first.get("policies"),
+        # a part's estimate intervals and false-positive bound were read from its own table: estimate_bounds reads
+        # the merged table again (post-processing)
+        "sketch": {k: v for k, v in first["sketch"].items() if k != "estimate_intervals"},
         "heavy_hitters": heavy, "merged_from": [p.release_id for p in parts], "source": _merged_source(parts),
         "privacy": privacy, "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "library_version": __version__, "request_sha256": None, "config_sha256": None,
     }
+    for key in ("false_positive_rate_bound", "false_positive_rate_bound_meaning"):
+        (heavy or {}).pop(key, None)
     release = Release(release_id=rid, arrays=arrays, manifest=manifest)
     if output is not None:
         write_release(release, output)

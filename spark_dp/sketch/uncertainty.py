@@ -1,14 +1,15 @@
 """Error bars of the sketches: each counter's noise interval, each estimate's, and heavy hitters' false-positive rate.
 
-Post-processing of a release's public parameters (the noise family and scale
-in the manifest, k, b, the estimator, the threshold); no privacy cost.
+Post-processing of a release's released table and public parameters (the
+noise family and scale in the manifest, k, b, the estimator, the threshold);
+no privacy cost.
 
 * Counters (arrays ``sketch``, ``dyadic_sketch``, ``histogram``): each is the
   exact counter plus independent N(0, σ²) (Gaussian mechanisms) or
   Laplace(b) noise (Count-Min): exact intervals counter ± z·σ, resp.
   ± b·ln(1/(1 − level)).
-* Estimates (:func:`estimate_intervals`, ``spark-dp estimate``): the
-  interval for the *noise part* of an estimate. Without hash collisions every
+* Estimates' noise part (:func:`estimate_noise`; the dry run's figure and
+  ``estimate_intervals(..., collisions=False)``): without hash collisions every
   one of the k counters an item maps to holds its true frequency x, so the
   estimate is x + f(g₁, …, g_k) with g i.i.d. noise and f the estimator;
   the interval is the estimate minus f's quantiles. For the median of odd
@@ -18,20 +19,36 @@ in the manifest, k, b, the estimator, the threshold); no privacy cost.
   F⁻¹(1 − (1 − q)^{1/k}); for the mean of Gaussians σ/√k; Count-Mean's
   debiased mean (b·mean − N̂)/(b − 1) has noise variance σ²·b/(k(b − 1)).
   Even-k medians and Laplace means are simulated (fixed public seed).
-  Collisions add a further, data-dependent error these intervals do not
-  cover (``covers: noise``); Pagh & Thorup (2022) bound it separately.
+  This is a *lower limit* on the error: on real data other items share an
+  item's counters and bias the estimate far beyond it (measured: docs/accuracy.md).
+* Estimates' intervals (:func:`estimate_bounds`, :func:`estimate_intervals`,
+  ``spark-dp estimate``, ``to_pandas('estimates')``): noise *and* hash
+  collisions (``covers: noise+collisions``, kind ``bound``). The collision
+  mass — an upper bound on the total N (unsigned sketches) and on F₂ = Σ f² —
+  is read from the released table (:func:`collision_rate`); per repetition
+  Markov / Cantelli bound the collision, the noise law the rest, and the
+  estimator's tail follows from the repetitions' independence
+  (:func:`collision_quantiles`). Refused (NaN, kind ``none``, the reason in
+  the method) where the release bounds nothing: an unsigned sketch of weights
+  that may be negative, or a signed one with too few counters.
 * Weight bounds (``count_sketch(bounds=...)``): the stored counters are the
   mechanism's output times the public M, so every scale above is M·σ (resp.
   M·b): :func:`counter_noise` reads it from the manifest.
 * Heavy hitters: the false-positive rate of the threshold τ — the
   probability that an item of true frequency 0 (and no collisions) has an
-  estimate ≥ τ from the noise alone, 1 − F_f(τ).
+  estimate ≥ τ from the noise alone, 1 − F_f(τ): a lower limit; the
+  manifest's ``false_positive_rate_bound`` (:func:`false_positive_rate_bound`)
+  includes the collisions.
+
+Everything here is post-processing of released values and public parameters:
+no data access, no privacy cost.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -164,22 +181,339 @@ def counter_noise(manifest: dict) -> tuple[str | None, float | None]:
     return family, float(scale) * weight_scale(manifest)
 
 
-def estimate_intervals(release, items, *, estimator: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(estimates, low, high) of ``items`` from a count_sketch release (or its directory).
+# -- collisions: what the other items put in an item's counters -------------------------------------------------
+#: Share of 1 − level spent on the upper bounds of the collision mass (N and F₂, read from the released table).
+MASS_SHARE = 0.1
+_SPLITS = np.linspace(0.0, 1.0, 65)  # how a tail t is split between the collision part and the noise part
 
-    At the release's level (manifest ``uncertainty.level``; 0.95 for a
-    release made before error bars). The interval is for the noise part of
-    each estimate (module doc); NaN where the estimate is NaN.
+
+def _cantelli(d, var):
+    """P(X − E X ≥ d) ≤ var / (var + d²) for d > 0 (Cantelli's inequality); 1 for d ≤ 0."""
+    d = np.asarray(d, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(d > 0, var / (var + d * d), 1.0)
+    return np.where(var <= 0, np.where(d > 0, 0.0, 1.0), p)
+
+
+@dataclass(frozen=True)
+class CollisionMass:
+    """Upper bounds, read from a *released* table, of what other items put in an item's counters.
+
+    Hash collisions: in repetition i an item x's counter also holds
+    C_i = Σ_{y ≠ x, h_i(y) = h_i(x)} s_i(x)s_i(y)·f_y (signs 1 for the
+    unsigned sketches). Over the random hash functions (independent per
+    repetition, as the seeds are): unsigned sketches with frequencies ≥ 0
+    have C_i ≥ 0, E C_i = (N − x)/b ≤ N/b; signed ones E C_i = 0; both have
+    Var C_i ≤ F₂/b (N = Σ f, F₂ = Σ f²). ``total`` ≥ N and ``f2`` ≥ F₂ hold
+    together with probability ≥ 1 − ``alpha`` (module doc of
+    :func:`collision_rate`). ``reason``: why no bound can be given (then the
+    others are None).
+    """
+
+    signed: bool
+    repetitions: int
+    buckets: int
+    total: float | None
+    f2: float | None
+    alpha: float
+    reason: str | None = None
+
+    @property
+    def rate(self) -> float:
+        """Expected collision mass per counter (unsigned: ≤ N/b) or its sd (signed: ≤ √(F₂/b)); NaN if refused."""
+        if self.reason is not None:
+            return float("nan")
+        return self.total / self.buckets if not self.signed else math.sqrt(self.f2 / self.buckets)
+
+    def as_dict(self) -> dict:
+        return {"signed": self.signed, "total_mass_upper": self.total, "f2_upper": self.f2,
+                "rate": None if self.reason is not None else self.rate,
+                "fails_with_probability_at_most": self.alpha, "refused": self.reason}
+
+
+def collision_rate(table: np.ndarray, *, signed: bool, family: str, scale: float, alpha: float,
+                   nonnegative: bool = True) -> CollisionMass:
+    """Upper bounds of the collision mass from the released (noisy) table and public parameters only.
+
+    Post-processing: reads the released counters T = exact + noise (shape
+    (k, b)), the noise family and scale from the manifest; no data, no
+    budget. Each bound fails with probability ≤ alpha/2:
+
+    * N (unsigned sketches: every row sums to N exactly): the released mean
+      row sum N̂ = N + mean noise; N ≤ N̂ + z·σ√(b/k) (Gaussian, exact) or
+      N̂ + β√(8kb·ln(2/α))/k (Laplace: ln E e^{λL} ≤ 2β²λ² for |λ| ≤
+      1/(√2β), Chernoff; valid while ln(2/α) ≤ kb).
+    * M = mean_i ‖CS_i‖² (CS the exact table): Ŝ = mean_i ‖T_i‖² − b·v
+      (v the noise variance) has Ŝ − M = 2·mean⟨CS_i, g_i⟩ + (mean‖g_i‖² −
+      bv), of variance 4vM/k + bw/k (w = Var g²: 2σ⁴, or 20β⁴ Laplace);
+      Cantelli gives M ≤ the larger root of (M − Ŝ)² = t²(4vM + bw)/k,
+      t = √(2/α − 1).
+    * Unsigned, frequencies ≥ 0: ‖CS_i‖² = F₂ + (cross products ≥ 0) ≥ F₂,
+      so F₂ ≤ M. Signed: over the random signs E‖CS_i‖² = F₂ and
+      Var ≤ 2F₂²/b per repetition, so (Cantelli again) F₂ ≤ M/(1 −
+      t√(2/(bk))) — refused when k·b is too small for that to be finite.
+    * Unsigned sketches of weights that may be negative: no bound (N no
+      longer bounds the collision mass and ‖CS_i‖² no longer bounds F₂).
+    """
+    table = np.asarray(table, dtype=np.float64)
+    k, b = (int(x) for x in table.shape[-2:])
+    if not nonnegative and not signed:
+        return CollisionMass(signed, k, b, None, None, alpha, (
+            "no interval: the weights may be negative, so the released total does not bound what hash collisions "
+            "add to an unsigned sketch's estimates (use private_count_sketch, or weight bounds >= 0)"))
+    if family == "gaussian":
+        v, w = scale ** 2, 2.0 * scale ** 4
+    else:
+        v, w = 2.0 * scale ** 2, 20.0 * scale ** 4
+    t = math.sqrt(2.0 / alpha - 1.0)
+    s_hat = float(np.mean(np.sum(table ** 2, axis=-1))) - b * v
+    a, c = t * t * 4.0 * v / k, t * t * b * w / k
+    disc = max((2.0 * s_hat + a) ** 2 - 4.0 * (s_hat ** 2 - c), 0.0)
+    m_up = max(((2.0 * s_hat + a) + math.sqrt(disc)) / 2.0, 0.0)
+    if signed:
+        shrink = 1.0 - t * math.sqrt(2.0 / (b * k))
+        if shrink <= 0:
+            return CollisionMass(signed, k, b, None, None, alpha, (
+                f"no interval: {k} x {b} counters are too few to bound what hash collisions add to an estimate "
+                "from the release (more buckets)"))
+        return CollisionMass(signed, k, b, None, m_up / shrink, alpha)
+    n_hat = float(np.mean(np.sum(table, axis=-1)))
+    if family == "gaussian":
+        from scipy import stats
+
+        n_up = n_hat + float(stats.norm.isf(alpha / 2.0)) * scale * math.sqrt(b / k)
+    else:
+        n_up = n_hat + scale * math.sqrt(8.0 * k * b * math.log(2.0 / alpha)) / k
+    return CollisionMass(signed, k, b, max(n_up, 0.0), m_up, alpha)
+
+
+def _row_collision_tail(mass: CollisionMass, t: np.ndarray, upper: bool) -> np.ndarray:
+    """≥ P(C_i > t) (upper) or P(C_i < −t) for one repetition's collision C_i (t ≥ 0)."""
+    var = mass.f2 / mass.buckets
+    if mass.signed:
+        return np.minimum(_cantelli(t, var), 1.0)
+    if not upper:
+        return np.where(t > 0, 0.0, 1.0)  # C_i ≥ 0
+    mean = mass.total / mass.buckets
+    with np.errstate(divide="ignore"):
+        markov = np.where(t > 0, mean / t, 1.0)
+    return np.minimum(np.minimum(markov, _cantelli(t - mean, var)), 1.0)
+
+
+def _mean_collision_tail(mass: CollisionMass, t: np.ndarray, upper: bool, estimator: str) -> np.ndarray:
+    """≥ P(A > t) (upper) or P(A < −t) for the collision part A of a mean / debiased mean over k repetitions."""
+    k, b = mass.repetitions, mass.buckets
+    var = mass.f2 / (b * k)
+    if estimator == "debiased_mean":  # A = b/(b − 1)·(mean C − (N − x)/b): centred
+        return np.minimum(_cantelli(t, var * (b / (b - 1.0)) ** 2), 1.0)
+    if mass.signed:
+        return np.minimum(_cantelli(t, var), 1.0)
+    if not upper:
+        return np.where(t > 0, 0.0, 1.0)
+    mean = mass.total / b
+    with np.errstate(divide="ignore"):
+        markov = np.where(t > 0, mean / t, 1.0)
+    return np.minimum(np.minimum(markov, _cantelli(t - mean, var)), 1.0)
+
+
+def _noise_tail(estimator: str, family: str, scale: float, k: int, buckets: int, t: np.ndarray) -> np.ndarray:
+    """P(noise part > t) for one counter (median/min: per repetition) or for a mean / debiased mean (symmetric)."""
+    dist = _dist(family)
+    if estimator in ("median", "min"):
+        return dist.sf(t / scale)
+    if family == "gaussian":
+        sd = scale * _unit_stderr(estimator, family, k, buckets)
+        return dist.sf(t / sd)
+    sims = np.sort(_simulated(estimator, family, k))
+    return 1.0 - np.searchsorted(sims, t / scale, side="right") / sims.size
+
+
+def _tail(estimator: str, family: str, scale: float, mass: CollisionMass, t: float, upper: bool) -> float:
+    """≥ P(estimate − x > t) (upper) or P(estimate − x < −t): collision and noise parts, union over a split of t."""
+    k, b = mass.repetitions, mass.buckets
+    tc, tn = _SPLITS * t, (1.0 - _SPLITS) * t
+    if estimator in ("mean", "debiased_mean"):
+        p = _mean_collision_tail(mass, tc, upper, estimator) + _noise_tail(estimator, family, scale, k, b, tn)
+        return float(min(1.0, p.min()))
+    p = float(min(1.0, (_row_collision_tail(mass, tc, upper) + _noise_tail(estimator, family, scale, k, b, tn)).min()))
+    if estimator == "median":  # the median exceeds t only if ⌈k/2⌉ of the independent repetitions do
+        from scipy import stats
+
+        return float(stats.binom.sf(math.ceil(k / 2) - 1, k, p))
+    if estimator == "min":  # the minimum exceeds t only if every repetition does; is below −t if any one is
+        return p ** k if upper else 1.0 - (1.0 - p) ** k
+    raise ValueError(f"no collision-aware interval for estimator {estimator!r}")
+
+
+def _solve(estimator, family, scale, mass, target, upper) -> float:
+    """The smallest t ≥ 0 (to 1e-6 relative) with the tail bound ≤ target."""
+    lo, hi = 0.0, max(scale, mass.rate if np.isfinite(mass.rate) else 0.0, 1e-12)
+    while _tail(estimator, family, scale, mass, hi, upper) > target:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e300:
+            return float("inf")
+    if _tail(estimator, family, scale, mass, lo, upper) <= target:
+        return lo
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        if _tail(estimator, family, scale, mass, mid, upper) <= target:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-6 * hi:
+            break
+    return hi
+
+
+def collision_quantiles(estimator: str, family: str, scale: float, mass: CollisionMass,
+                        level: float) -> tuple[float, float]:
+    """(q_lo, q_hi) with P(q_lo ≤ estimate − x ≤ q_hi) ≥ level, hash collisions and noise together.
+
+    1 − level is spent as ``MASS_SHARE`` on the mass bounds (``mass.alpha``)
+    and half the rest on each side. Per repetition, P(C_i + g_i > t) ≤
+    P(C_i > s) + P(g_i > t − s) (minimised over a grid of splits s), with
+    the collision tails of :class:`CollisionMass` (Markov on the mean,
+    Cantelli on the variance); the repetitions are independent (independent
+    hash seeds and noise), so the median's tail is a binomial tail of that
+    probability and the minimum's its k-th power; a mean's collision part is
+    bounded by its own variance F₂/(bk) (debiased: ×(b/(b − 1))², centred).
+    A bound: it holds with probability at least ``level``.
+    """
+    alpha = 1.0 - check_level(level)
+    side = (alpha - mass.alpha) / 2.0
+    return (-_solve(estimator, family, scale, mass, side, False), _solve(estimator, family, scale, mass, side, True))
+
+
+def false_positive_rate_bound(estimator: str, family: str, scale: float, mass: CollisionMass,
+                              threshold: float) -> float:
+    """≥ P(an absent item's estimate ≥ threshold), hash collisions included: mass.alpha + the tail at threshold.
+
+    Post-processing of the released table (through ``mass``) and public parameters.
+    """
+    if mass.reason is not None:
+        return float("nan")
+    return float(min(1.0, mass.alpha + _tail(estimator, family, scale, mass, float(threshold), True)))
+
+
+def _nonnegative_weights(manifest: dict) -> bool:
+    """Whether every counted contribution is ≥ 0: unweighted, or weight bounds with lo ≥ 0 (from the manifest)."""
+    sketch = manifest.get("sketch") or {}
+    stated = (sketch.get("estimate_intervals") or {}).get("contributions_nonnegative")
+    if stated is not None:
+        return bool(stated)
+    ws = sketch.get("weight_scaling")
+    if ws is not None:
+        return float(ws["bounds"][0]) >= 0.0
+    return (manifest.get("policies") or {}).get("weights", "each row counts 1") == "each row counts 1"
+
+
+def release_collision_mass(table: np.ndarray, mechanism: str, family: str, scale: float, level: float,
+                           nonnegative: bool) -> CollisionMass:
+    """The :class:`CollisionMass` of a released (level-L) table at ``level`` (share ``MASS_SHARE`` of 1 − level)."""
+    from spark_dp.sketch.mechanisms import SIGNED
+
+    alpha = MASS_SHARE * (1.0 - check_level(level))
+    return collision_rate(table, signed=bool(SIGNED[mechanism]), family=family, scale=scale, alpha=alpha,
+                          nonnegative=nonnegative)
+
+
+def estimate_interval_info(table: np.ndarray, mechanism: str, estimator: str, family: str, scale: float,
+                           level: float, *, nonnegative: bool) -> tuple[dict, CollisionMass]:
+    """The manifest's ``sketch.estimate_intervals`` (and the collision mass) of a released level-L table.
+
+    Post-processing of the released counters and public parameters (no data, no budget): what the default
+    estimator's intervals are, the collision mass read from the table, the half-widths (estimate − high,
+    estimate − low are the quantiles q_hi, q_lo), or the reason they are refused.
+    """
+    mass = release_collision_mass(table, mechanism, family, scale, level, nonnegative)
+    info = {"estimator": estimator, "level": level, "covers": "noise+collisions",
+            "contributions_nonnegative": bool(nonnegative), "collision_mass": mass.as_dict()}
+    k, b = (int(x) for x in np.shape(table)[-2:])
+    lo0, hi0, _ = estimate_noise(estimator, family, scale, k, level, b)
+    info["noise_only"] = {"low": lo0, "high": hi0, "note": (
+        "the estimate's noise part alone (exact only when no other item shares the item's counters): a lower limit "
+        "on the error")}
+    if mass.reason is not None:
+        info.update(kind="none", method=mass.reason)
+        return info, mass
+    q_lo, q_hi = collision_quantiles(estimator, family, scale, mass, level)
+    info.update(kind="bound", q_low=q_lo, q_high=q_hi, method=(
+        f"interval [estimate - {q_hi:.4g}, estimate + {-q_lo:.4g}]: noise and hash collisions together, "
+        "the collision mass read from the released table (spark_dp.sketch.uncertainty.collision_quantiles); holds "
+        f"with probability >= {level:g}"))
+    return info, mass
+
+
+@dataclass(frozen=True)
+class EstimateBounds:
+    """Estimates of items with their intervals, and what the intervals are (``kind``, ``covers``, ``method``)."""
+
+    estimates: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    stderr: np.ndarray
+    kind: str  # "interval" (exact, noise only: histograms), "bound" (collisions too), "none" (refused: NaN)
+    covers: str
+    method: str
+    mass: CollisionMass | None = None
+
+
+def estimate_bounds(release, items, *, estimator: str | None = None, collisions: bool = True) -> EstimateBounds:
+    """Estimates of ``items`` with intervals that hold with probability ≥ the release's level.
+
+    Post-processing of the released table and public parameters (noise
+    family and scale, k, b, the estimator): no data, no budget. For hashed
+    sketches the interval covers the noise *and* the hash collisions
+    (:func:`collision_quantiles`, kind ``bound``): the truth is the item's
+    frequency as the sketch counted it (after contribution bounding). It is
+    refused (NaN, kind ``none``, the reason in ``method``) where no bound can
+    be read from the release (:func:`collision_rate`). ``collisions=False``
+    gives the noise-only interval (the dry run's lower limit; exact when no
+    other item shares a counter). A histogram's lookup has no collisions:
+    exact, ``interval``.
     """
     from spark_dp.release import load_release
     from spark_dp.sketch.estimate import SketchView, estimate
 
     release = load_release(release) if isinstance(release, str) else release
     view = SketchView.of(release)
-    est = estimate(view, items, estimator=estimator)
+    est = np.asarray(estimate(view, items, estimator=estimator), dtype=np.float64)
     family, scale = counter_noise(release.manifest)  # in the stored arrays' units (the weight's, with bounds)
+    scale = float(scale)
     level = float((release.manifest.get("uncertainty") or {}).get("level", DEFAULT_CONFIDENCE))
     name = view.estimator(estimator)
     k = 1 if name in ONE_COUNTER else int(view.table.shape[0])
-    lo, hi, _ = estimate_noise(name, family, float(scale), k, level, view.buckets)
-    return est, est - hi, est - lo
+    lo, hi, sd = estimate_noise(name, family, scale, k, level, view.buckets)
+    nan = np.isnan(est)
+    if name in ONE_COUNTER or not collisions:
+        what = "no other item shares a counter" if name in ONE_COUNTER else "assumes no hash collisions"
+        return EstimateBounds(est, est - hi, est - lo, np.where(nan, np.nan, sd),
+                              "interval", "noise", f"exact: the {name} estimator's noise law over {k} counter(s) "
+                              f"({what}; sigma from the manifest)")
+    mass = release_collision_mass(view.table, view.mechanism, family, scale, level,
+                                  _nonnegative_weights(release.manifest))
+    if mass.reason is not None:
+        none = np.full(est.shape, np.nan)
+        return EstimateBounds(est, none, none.copy(), none.copy(), "none", "noise+collisions", mass.reason, mass)
+    q_lo, q_hi = collision_quantiles(name, family, scale, mass, level)
+    return EstimateBounds(est, est - q_hi, est - q_lo, np.full(est.shape, np.nan), "bound", "noise+collisions", (
+        f"bound: the {name} estimate's noise and hash collisions together (collision mass read from the released "
+        f"table: {'F2' if mass.signed else 'total'} <= "
+        f"{_g(mass.f2 if mass.signed else mass.total)}); holds with probability >= {level:g}"), mass)
+
+
+def _g(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def estimate_intervals(release, items, *, estimator: str | None = None,
+                       collisions: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(estimates, low, high) of ``items`` from a count_sketch release (or its directory).
+
+    At the release's level (manifest ``uncertainty.level``; 0.95 for a
+    release made before error bars): :func:`estimate_bounds` — noise and hash
+    collisions, NaN where refused (the reason: ``estimate_bounds(...).method``);
+    ``collisions=False``: the noise part only (a lower limit).
+    """
+    got = estimate_bounds(release, items, estimator=estimator, collisions=collisions)
+    return got.estimates, got.low, got.high
