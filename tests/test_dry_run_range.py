@@ -55,9 +55,9 @@ def test_the_stored_factors_cover_a_fresh_release_on_a_table_the_benchmark_never
             assert f["min"] <= r <= f["max"], (key, term, r, f)
         seen[key] = got["ratios"]
     assert {"analyze_gauss", "wishart"} <= set(seen)
-    # the factor is about c/s^2 for the terms along the design's weakest direction (the dry run's words)
-    worst = max(seen["analyze_gauss"].values())
-    assert design_factor(data)["c_over_s2"] / 4 < worst < 4 * design_factor(data)["c_over_s2"]
+    # the factor grows like c/s^2: the worst term within 0.9-9.5 c/s^2 on the benchmark's tables (the dry run's words)
+    worst = max(seen["analyze_gauss"].values()) / design_factor(data)["c_over_s2"]
+    assert 0.5 < worst < 10
 
 
 def _design(n: int, s2: float, seed: int):

@@ -100,8 +100,8 @@ def _coefficient_table(acc: Mapping[str, Any], n: int | None) -> list[str] | Non
                      f"{_f(at('p05', name)) + ' - ' + _f(at('p95', name)):>26}")
     lines.append(
         "The best case assumes rows that fill their bounds and uncorrelated columns. How much wider your intervals come "
-        "out cannot be known before the data is seen: up to about c/s^2, s^2 the smallest eigenvalue of the mean of x x^T "
-        f"over your rows scaled as the mechanism sees them (c = {realistic['c']:.3g} in the best case; near 0 for "
+        "out cannot be known before the data is seen: it grows like c/s^2, s^2 the smallest eigenvalue of the mean of "
+        f"x x^T over your rows scaled as the mechanism sees them (c = {realistic['c']:.3g} in the best case; near 0 for "
         "nearly collinear columns, or columns that fill little of their bounds). Measured on ten real tables "
         f"({realistic['measured_as']}, epsilon 0.3-4): {_x(f['min'])} to {_x(f['max'])}, median {_x(f['median'])}. "
         "The release's own intervals measure it.")
