@@ -699,18 +699,20 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
     covers = "noise" if mechanism == "adassp" or not constant else "noise + sampling"
     B = float(request["norm_bound"])
     measured = REALISTIC_FACTORS.get(_factor_key(mechanism, params))
-    what = (f"s^2 = the smallest eigenvalue of the mean of x x^T over your rows, x a row's features scaled as the "
-            f"mechanism sees them (into [-1, 1] by their bounds{', with the constant column' if constant else ''}): "
-            f"c = {c:.3g} in the best case, near 0 for nearly collinear columns or columns that fill a small part "
-            "of their bounds")
+    scaled = ("into [-1, 1] by their bounds" if request.get("bounds") is not None else
+              "as the mechanism sees them (clipped to the norm bound)")
+    what = (f"s^2 = the smallest eigenvalue of the mean of x x^T over your rows, x a row's features scaled {scaled}"
+            f"{', with the constant column' if constant else ''}: c = {c:.3g} in the best case, near 0 for nearly "
+            "collinear columns or columns that fill a small part of their bounds")
+    above = " (the factor above)" if mechanism in ("analyze_gauss", "wishart", "adassp") else ""
 
-    def at_n(t: float, verb: str) -> str:
+    def at_n(t: float) -> str:
         if n is None:
             return f"when n s^2 <= {t:.4g} (give --n for your row count)"
         if not math.isfinite(t) or n * c <= t:
             return f"at n = {n:,} even in the best case: expect it"
         return (f"at n = {n:,} when s^2 <= {t / n:.3g}, i.e. when your table is about x{n * c / t:.3g} or more "
-                f"from the best case (the factor above){verb}")
+                f"from the best case{above}")
 
     out: dict[str, Any] = {"covers": covers}
     if mechanism == "adassp":
@@ -728,8 +730,8 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
                              "(privacy noise only) when it is well spread"))
         out["summary"] = [
             out["headline"] + ".",
-            f"Refused {at_n(margin, '')}.",
-            f"Kind bound {at_n(threshold + margin, '')}" + (" (always, with your ridge > 0)." if ridge else "."),
+            f"Refused {at_n(margin)}.",
+            f"Kind bound {at_n(threshold + margin)}" + (" (always, with your ridge > 0)." if ridge else "."),
         ]
         out["rule"] = (
             "kind none (refused, the reason in the method) when AdaSSP's private lower bound on lambda_min of the "
@@ -749,14 +751,14 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
             out["headline"] = (f"{' and '.join(arrays)}: kind bound (the ridge's bias bounded; conservative by "
                                "construction) when the design is well spread for the noise, otherwise the interval "
                                "of the unregularised fit of the same release, marked conservative")
-            out["summary"] = [out["headline"] + ".", f"The unregularised fit's interval {at_n(t, '')}."]
+            out["summary"] = [out["headline"] + ".", f"The unregularised fit's interval {at_n(t)}."]
         else:
             out["kinds"] = {a: ["interval"] for a in arrays}
             out["headline"] = (f"{' and '.join(arrays)}: kind interval ({covers}); marked conservative (wider than "
                                "the level needs) when the privacy noise may swamp the design's weakest direction")
             out["summary"] = [out["headline"] + ".",
-                              f"Marked conservative {at_n(t, '')}" + (" (twice that s^2 after the PSD projection "
-                                                                     "clipped an eigenvalue)." if psd else ".")]
+                              f"Marked conservative {at_n(t)}" + ("; twice that s^2 if the PSD projection clips an "
+                                                                  "eigenvalue." if psd else ".")]
         out["rule"] = (
             "the release computes a lower bound on lambda_min of its scaled X^T X (the constant column included) "
             "from the released matrix, holding with probability 0.999 (spark_dp.second_moment.intervals.design_floor: "
@@ -773,10 +775,13 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
     if measured is not None:
         out["measured"] = {"refused": measured["refused"], "conservative": measured["conservative"],
                            "on": REALISTIC_SOURCE}
+        key = _factor_key(mechanism, params)
         out["summary"].append(
-            f"On real tables: {100 * measured['conservative']:.0f} % of the stated {_factor_key(mechanism, params)} "
-            "releases were marked conservative" + (f", {100 * measured['refused']:.0f} % refused" if mechanism == "adassp"
-                                                   else "") + ".")
+            "On ten real tables (epsilon 0.3-4): " + (
+                f"{100 * measured['refused']:.0f} % of the {key} releases refused their intervals; of the others "
+                f"{100 * measured['conservative']:.0f} % were kind bound." if mechanism == "adassp" else
+                f"{100 * measured['conservative']:.0f} % of the {key} releases were marked conservative"
+                + (" or kind bound." if "bound" in out["kinds"][arrays[0]] else ".")))
     return out
 
 
