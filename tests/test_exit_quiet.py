@@ -1,7 +1,8 @@
 """A local session spark-dp starts is quiet: no start-up log lines, and no traces when a script leaves mid-job.
 
-One subprocess (its own JVM, as a user's script has) starts the session with ``get_spark``, runs two jobs in
-daemon threads — one in Python workers (as a release's aggregation), one in the JVM — and leaves while both run.
+One subprocess (its own JVM, as a user's script has) starts the session with ``get_spark``, runs two long jobs
+in daemon threads — one in Python workers (as a release's aggregation), one in the JVM — and a third thread
+submitting small jobs one after the other, and leaves while they run.
 Its stderr must hold nothing but what neither spark-dp nor Spark's logging controls: the JVM's own notice of
 the incubator module Spark 4 loads, and pyspark's pandas FutureWarning (the README: the Python API leaves that
 warning to the user).
@@ -21,7 +22,6 @@ import threading, time
 from spark_dp.runtime import get_spark
 
 spark = get_spark("spark-dp-exit-test", master="local[2]")
-started = threading.Barrier(3)
 
 def slow(batches):
     import time
@@ -30,17 +30,22 @@ def slow(batches):
         yield b
 
 def python_job():
-    started.wait()
     spark.range(0, 4, numPartitions=2).mapInPandas(slow, "id long").collect()
 
 def jvm_job():
-    started.wait()
     spark.range(0, 10**13, numPartitions=4).selectExpr("sum(id % 7) as s").collect()
 
-for target in (python_job, jvm_job):
+def busy():  # always inside a Spark call, often between jobs: one being submitted when the session stops
+    while True:
+        spark.range(100).selectExpr("sum(id)").collect()
+
+for target in (python_job, jvm_job, busy):
     threading.Thread(target=target, daemon=True).start()
-started.wait()
-time.sleep(4)  # both jobs are running
+tracker = spark.sparkContext.statusTracker()  # (the test's own look at the JVM: spark-dp never does this)
+deadline = time.time() + 60
+while len(tracker.getActiveStageIds()) < 2 and time.time() < deadline:
+    time.sleep(0.2)
+time.sleep(1)
 print("LEAVING", time.time(), flush=True)
 """
 
