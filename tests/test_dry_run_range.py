@@ -148,3 +148,28 @@ def test_best_case_is_what_the_dry_run_prints(spark, dp):
     """The harness reads the dry run's own best case (data units, per term) at the n asked for."""
     got = best_case(dp, spark, FEATURES, "spend", BOUNDS, "analyze_gauss", "none", 1.0, 20_000)
     assert list(got) == [*FEATURES, "intercept"] and all(v > 0 for v in got.values())
+
+
+def test_a_ridge_without_the_constant_column_is_conservative_in_every_release_as_the_dry_run_says():
+    """Raw rows through the origin after ``shift``: nothing bounds the ridge's bias (no row count), so the release
+    gives the unregularised fit's interval marked conservative even for a well-spread design; the dry run says
+    "in every release" instead of a threshold."""
+    from spark_dp.release.preview import predict_accuracy
+    from spark_dp.second_moment.intervals import regression_intervals
+    from spark_dp.second_moment.mechanisms import plan_mechanism
+    from spark_dp.second_moment.regression import regression_coefficients
+    from tests._samplers import FakeChokepoint
+
+    plan = plan_mechanism("analyze_gauss", d=3, epsilon=1.0, delta=1e-6, norm_bound=1.0, postprocess="shift")
+    request = {"dimension": 3, "norm_bound": 1.0, "params": {"postprocess": "shift"}, "delta": 1e-6}
+    iv = predict_accuracy("linear_regression", "analyze_gauss", request, plan.privacy, n=20_000)["intervals"]
+    assert iv["kinds"] == {"coefficients": ["interval"]} and "in every release" in iv["summary"][1]
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-0.5, 0.5, (20_000, 2))  # lambda_min of X^T X about 1,700, far above the noise (sigma 4.2)
+    vec = np.column_stack([x, x @ np.array([0.3, -0.2]) + rng.normal(0, 0.05, len(x))])
+    released = plan.noise(vec.T @ vec, FakeChokepoint.seeded(6))
+    fit = regression_coefficients(released)[0]
+    us = regression_intervals("analyze_gauss", plan.privacy, plan.params, released, fit,
+                              scaling=Scaling(("x1", "x2", "y"), (None,) * 3), label_at=2, norm_bound=1.0,
+                              fit_intercept=False, draws=200, rng=np.random.default_rng(7))
+    assert us["coefficients"].kind == "interval" and us["coefficients"].method.startswith("conservative")

@@ -707,9 +707,11 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
     above = " (the factor above)" if mechanism in ("analyze_gauss", "wishart", "adassp") else ""
 
     def at_n(t: float) -> str:
+        if not math.isfinite(t):
+            return "in every release"
         if n is None:
             return f"when n s^2 <= {t:.4g} (give --n for your row count)"
-        if not math.isfinite(t) or n * c <= t:
+        if n * c <= t:
             return f"at n = {n:,} even in the best case: expect it"
         return (f"at n = {n:,} when s^2 <= {t / n:.3g}, i.e. when your table is about x{n * c / t:.3g} or more "
                 f"from the best case{above}")
@@ -743,10 +745,14 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
     else:
         t = _design_threshold(mechanism, privacy, params, size, B)
         psd = post == "psd"
-        out["conservative_when"] = {"lambda_min_at_most": t if math.isfinite(t) else "inf",
-                                    "lambda_min_at_most_after_psd_clip": (2.0 * t if psd else None),
+        ridged = mechanism == "analyze_gauss" and post in ("none", "shift") and (post == "shift" or ridge > 0)
+        unbounded = ridged and not constant  # no row count bounds the ridge's bias: the unregularised fit, always
+        if unbounded:
+            t = math.inf
+        out["conservative_when"] = {"lambda_min_at_most": t, "lambda_min_at_most_after_psd_clip": (2.0 * t if psd
+                                                                                                    else None),
                                     "s2_at_most_at_n": None if n is None else t / n}
-        if mechanism == "analyze_gauss" and (post == "shift" or ridge) and constant and intercept:
+        if ridged and constant and intercept:
             out["kinds"] = {a: ["bound", "interval"] for a in arrays}
             out["headline"] = (f"{' and '.join(arrays)}: kind bound (the ridge's bias bounded; conservative by "
                                "construction) when the design is well spread for the noise, otherwise the interval "
@@ -769,7 +775,9 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
             + "); where it is <= 0 the method begins with 'conservative'"
             + (" and, after the shift or a ridge, the interval is the unregularised fit's (else kind bound)"
                if "bound" in out["kinds"][arrays[0]] else "")
-            + f". For a release whose noise takes its mean that is lambda_min <= {t:.6g}"
+            + (". Without the constant column the release bounds no row count, so after the shift or a ridge the "
+               "interval is always the unregularised fit's, marked conservative" if unbounded else
+               f". For a release whose noise takes its mean that is lambda_min <= {t:.6g}")
             + (" (doubled when the PSD projection clipped an eigenvalue)" if psd else "")
             + ". lambda_min = n s^2, " + what)
     if measured is not None:
