@@ -395,9 +395,9 @@ def test_preview_of_a_bounded_adassp_regression_is_the_release_in_data_units(fra
         assert np.allclose(p.accuracy[f"stderr_{name}"], u.stderr, rtol=1e-9, atol=0)
     # 40 rows: lambda_min of the scaled X^T X is below the refusal threshold the dry run states; the release
     # refuses its coefficient intervals (kind none), as predicted
-    iv = p.accuracy["in_scaled_units"]["intervals"]
+    iv = p.accuracy["intervals"]
     # (lambda_min <= trace / 3 <= 40 rows x 3 scaled entries of at most 1, / 3)
-    assert iv["lambda_min_refused_below"] > 40 and "kind none" in iv["how"]
+    assert iv["refused_when"]["lambda_min_below"] > 40 and "kind none" in iv["rule"]
     assert rel.uncertainty["coefficients"].kind == rel.uncertainty["intercept"].kind == "none"
     back = load_release(rel.path)  # the manifest and the Parquet files carry the refusal, not numbers
     assert back.manifest["uncertainty"]["arrays"]["coefficients"]["kind"] == "none"

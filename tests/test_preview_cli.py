@@ -156,9 +156,10 @@ def test_a_bad_dataset_schema_is_refused_naming_it_and_nothing_is_charged(spark,
 
 
 def test_release_dry_run_text_leads_with_the_coefficients_and_folds_the_matrices(spark, tmp_path, capsys):
-    """Without --json: cost, then one line per coefficient with the best case and the realistic range the
-    preview states (5-25x, up to 340x for collinear columns); matrices only with --verbose."""
-    from spark_dp.release.preview import COLLINEAR_FACTOR, LIKELY_FACTORS
+    """Without --json: cost, then one line per coefficient with the best case and the best case times the factors
+    measured on real tables (median, 5-95 %); then the intervals' summary; matrices and the rule only with
+    --verbose."""
+    from spark_dp.release.preview import REALISTIC_FACTORS
 
     cfg = _config(tmp_path)
     cfg["dataset"]["bounds"] = {"x1": [-1.0, 1.0], "x2": [-2.0, 2.0], "y": [-3.0, 3.0]}
@@ -169,10 +170,10 @@ def test_release_dry_run_text_leads_with_the_coefficients_and_folds_the_matrices
     preview = json.loads(capsys.readouterr().out)
     row = preview["accuracy"]["coefficients"]["per_coefficient"][0]
     assert row["n"] == 5000
+    factors = REALISTIC_FACTORS["analyze_gauss"]
     for term, hw in row["half_width"].items():
-        assert row["half_width_likely_low"][term] == pytest.approx(LIKELY_FACTORS[0] * hw)
-        assert row["half_width_likely_high"][term] == pytest.approx(LIKELY_FACTORS[1] * hw)
-        assert row["half_width_collinear"][term] == pytest.approx(COLLINEAR_FACTOR * hw)
+        for key in ("min", "p05", "median", "p95", "max"):
+            assert row["half_width_measured"][key][term] == pytest.approx(factors[key] * hw)
     assert cli_main(["release", "--dry-run", "--n", "5000", path]) == 0
     text = capsys.readouterr().out
     lines = text.splitlines()
@@ -180,9 +181,13 @@ def test_release_dry_run_text_leads_with_the_coefficients_and_folds_the_matrices
     head = lines.index(next(ln for ln in lines if ln.startswith("Predicted 95 % half-width of each coefficient")))
     terms = [ln.split()[0] for ln in lines[head + 2: head + 2 + len(row["half_width"])]]
     assert terms == list(row["half_width"]) == ["x1", "x2", "intercept"]
-    assert "cannot know without reading data" in text and "[[" not in text and "matrix" not in text.split("(--")[0]
+    assert "cannot be known before the data is seen" in text and "[[" not in text
+    assert "matrix" not in text.split("(--")[0]
+    assert "Intervals: coefficients and intercept: kind interval" in text and "Marked conservative at n = 5,000" in text
+    assert "design_floor" not in text  # the whole rule: --verbose
     assert cli_main(["release", "--dry-run", "--verbose", "--n", "5000", path]) == 0
     verbose = capsys.readouterr().out
     assert "half_width_matrix:" in verbose and len(verbose.splitlines()) > len(lines) + 8
+    assert "intervals.rule:" in verbose and "design_floor" in verbose
     assert not (tmp_path / "releases").exists() and not (tmp_path / "ledger.db").exists()  # nothing written
     assert cli_main(["release", "--json", path]) == 2  # --json belongs to --dry-run

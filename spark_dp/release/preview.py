@@ -346,18 +346,20 @@ def _predict_accuracy(task: str, mechanism: str, request: Mapping[str, Any], pri
         return {"level": level, "predicted": False, "why": f"no accuracy model for task {task!r}", "method": None}
     got = fn(mechanism, request, dict(privacy), dict(manifest or {}), n, level)
     scaling = (manifest or {}).get("scaling") or {}
+    # the coefficients' interval kinds do not depend on the units: shown first wherever the figures are
+    lead = {"intervals": got.pop("intervals")} if "intervals" in got else {}
     if scaling.get("bounds") and (exact := _data_units(task, mechanism, request, privacy, scaling, level, got)):
-        return {"level": level, "predicted": True, **exact, "in_scaled_units": got}
+        return {"level": level, **lead, "predicted": True, **exact, "in_scaled_units": got}
     if scaling.get("bounds"):
         # With public bounds the mechanism runs on the vector scaled into [-1, 1] and the release maps its
         # values (and their intervals) back to the data's units; the figures below are in the scaled units.
         # (An intercept alone adds a constant column and scales nothing else: the prediction stands.)
-        return {"level": level, "predicted": False,
+        return {"level": level, **lead, "predicted": False,
                 "why": ("bounds given: the release's values and intervals are in the data's units (the noise mapped "
                         "back through the public scaling T); with this mechanism (its noise scales with the data) or "
                         "bounds chosen from the data the prediction is in the scaled [-1, 1] units only"),
                 "method": got.get("method"), "in_scaled_units": got}
-    return {"level": level, **got}
+    return {"level": level, **lead, **got}
 
 
 def _public_scaling(task: str, request: Mapping[str, Any], scaling: Mapping[str, Any]):
@@ -464,8 +466,10 @@ def _coefficients_in_data_units(sc, scaled: Mapping[str, Any], level: float) -> 
                 "half_width": dict(zip(names + ["intercept"], (z * np.delete(sd, k)).tolist()
                                        + [float(z * sd[k])], strict=True))}
 
-    return {"exact": False, "best_case": True, "warning": BEST_CASE_WARNING, "realistic": REALISTIC,
-            "per_coefficient": [_with_realistic(row(e)) for e in scaled["per_coefficient"]],
+    realistic = scaled.get("realistic")
+    return {"exact": False, "best_case": True, "warning": BEST_CASE_WARNING,
+            **({"realistic": realistic} if realistic else {}),
+            "per_coefficient": [_with_realistic(row(e), realistic) for e in scaled["per_coefficient"]],
             "method": ("the scaled-unit first-order prediction (in_scaled_units, at beta = 0; its design assumption "
                        "X^T X about n c I is data-dependent, so this is approximate) mapped through the exact linear "
                        "map of the coefficients to the data's units (sd times the row norms of its Jacobian); "
@@ -511,45 +515,85 @@ def _relative_noise(mechanism: str, privacy: Mapping[str, Any]) -> dict[str, Any
 #: What the regression's predicted coefficient noise is: a floor under the most favourable design, not a forecast.
 BEST_CASE_WARNING = (
     "best case: the prediction assumes the most favourable design for the norm bound (every row at the norm bound, "
-    "spread evenly over uncorrelated columns; with bounds, every value at one of its bounds). Real designs have "
-    "values inside their bounds and correlated columns, and the coefficients' noise grows by the ratio of n*c to "
-    "X^T X's smallest eigenvalue in the scaled units: in the worked example of docs/accuracy.md (baseball, hits "
-    "about 0.27 x at-bats, n = 21,699) one release's half-widths are 110-340x these for the features and 4x for the "
-    "intercept. The release's own intervals measure it")
+    "spread evenly over uncorrelated columns; with bounds, every value at one of its bounds). A real design's "
+    "coefficients are noisier by a factor that grows like c/s^2, s^2 the smallest eigenvalue of its mean scaled row "
+    "x x^T (the constant column included) and c that of the best case (on ten real tables the median term was "
+    "0.1-1.05 c/s^2, the worst 0.9-9.5 c/s^2): a dry run reads no data, so it cannot know s; 'realistic' gives what "
+    "real tables measured. The release's own intervals measure it")
 
 
-#: How much larger than the best case the coefficients' noise was on real tables (one release's half-widths ÷ the
-#: best-case prediction): 4.6–24× on a 20,000-row customer table whose columns fill part of their public bounds
-#: and are moderately correlated; 110–340× for the features of the baseball example (hits ≈ 0.27 × at-bats, nearly
-#: collinear). A dry run reads no data, so it cannot tell where a table falls; it states this range instead.
-LIKELY_FACTORS = (5.0, 25.0)
-COLLINEAR_FACTOR = 340.0
-REALISTIC = {
-    "likely_factor": list(LIKELY_FACTORS), "collinear_factor_up_to": COLLINEAR_FACTOR,
-    "meaning": ("a realistic range, not a bound: the best case times 5-25 is what tables whose columns fill part of "
-                "their bounds and are moderately correlated gave (measured 4.6-24x); nearly collinear columns gave up "
-                "to 340x (the baseball example, hits about 0.27 x at-bats). A dry run reads no data, so it cannot "
-                "tell which applies; the release's own intervals measure it"),
+#: How much wider real releases' coefficient intervals were than the dry run's best case, per mechanism (key:
+#: ``mechanism`` or ``mechanism/postprocess``): one release's 95 % half-width ÷ the best case at the table's n, per
+#: term, over the ten real tables of the calibration harness (benchmarks/calibration.py; bounds from each column's
+#: documented meaning), ε = 0.3, 1, 4 (Wishart ≤ 1) and 5 seeded releases each — min and max (rounded outward),
+#: 5 %, median and 95 % — with the share of releases whose intervals were refused (AdaSSP's kind none, left out of
+#: the ratios) and the share of the others marked conservative (kind bound, or a method saying so first). Made by
+#: ``benchmarks/dry_run_range.py`` (docs/accuracy.md, "Dry run", has the command and the table). The ratio is about
+#: c/s² of the table's design (the slope of log ratio on log c/s² over the tables is about 1): data a dry run cannot
+#: see, hence a measured range and not a prediction (per table the median term was 0.1–1.05 c/s², the worst
+#: 0.9–9.5 c/s²).
+REALISTIC_FACTORS: dict[str, dict[str, float]] = {
+    "analyze_gauss": {"min": 2.4, "p05": 4.6, "median": 58.0, "p95": 16000.0, "max": 260000.0,
+                      "refused": 0.0, "conservative": 0.64},
+    "analyze_gauss/shift": {"min": 2.4, "p05": 4.7, "median": 61.0, "p95": 20000.0, "max": 1900000.0,
+                            "refused": 0.0, "conservative": 1.0},
+    "analyze_gauss/psd": {"min": 2.4, "p05": 4.5, "median": 61.0, "p95": 130000.0, "max": 2100000.0,
+                          "refused": 0.0, "conservative": 0.65},
+    "wishart": {"min": 5.5, "p05": 17.0, "median": 190.0, "p95": 4400.0, "max": 79000.0,
+                "refused": 0.0, "conservative": 0.95},
+    "wishart/psd": {"min": 5.0, "p05": 15.0, "median": 130.0, "p95": 7200.0, "max": 56000.0,
+                    "refused": 0.0, "conservative": 0.95},
+    "adassp": {"min": 3.0, "p05": 5.3, "median": 21.0, "p95": 3000.0, "max": 37000.0,
+               "refused": 0.53, "conservative": 0.34},
 }
+REALISTIC_SOURCE = ("one release's 95 % half-width / the best case, per term, on the ten real tables of the "
+                    "calibration harness (n 3,000-327,346, 2-9 features, bounds from each column's documented "
+                    "meaning), epsilon 0.3, 1 and 4, 5 seeded releases each (benchmarks/dry_run_range.py)")
 
 
-def _realistic(half_width):
-    """(likely low, likely high, collinear) half-widths of a best-case one (a number or {term: number})."""
-    lo, hi = LIKELY_FACTORS
-    if isinstance(half_width, Mapping):
-        return ({k: v * lo for k, v in half_width.items()}, {k: v * hi for k, v in half_width.items()},
-                {k: v * COLLINEAR_FACTOR for k, v in half_width.items()})
-    return half_width * lo, half_width * hi, half_width * COLLINEAR_FACTOR
+def _factor_key(mechanism: str, params: Mapping[str, Any]) -> str:
+    post = params.get("postprocess") or "none"
+    if mechanism == "analyze_gauss" and (post == "shift" or float(params.get("ridge") or 0.0) > 0):
+        post = "shift"  # a user ridge takes the same bias-bounded path as the shift
+    key = f"{mechanism}/{post}" if post != "none" else mechanism
+    return key if key in REALISTIC_FACTORS else mechanism
 
 
-def _with_realistic(row: dict[str, Any]) -> dict[str, Any]:
-    lo, hi, worst = _realistic(row["half_width"])
-    return {**row, "half_width_likely_low": lo, "half_width_likely_high": hi, "half_width_collinear": worst}
+def _realistic(mechanism: str, params: Mapping[str, Any], c: float) -> dict[str, Any] | None:
+    """The measured factors of ``mechanism`` (:data:`REALISTIC_FACTORS`) and what they mean; None: not measured."""
+    key = _factor_key(mechanism, params)
+    f = REALISTIC_FACTORS.get(key)
+    if f is None:
+        return None
+    return {"factor": {k: f[k] for k in ("min", "p05", "median", "p95", "max")}, "measured_as": key,
+            "measured_on": REALISTIC_SOURCE, "c": c,
+            "meaning": (f"cannot be known before the data is seen: a real table's intervals are wider than the best "
+                        "case by a factor that grows like c/s^2 (on real tables the median term 0.1-1.05 c/s^2, "
+                        "the worst 0.9-9.5 c/s^2), s^2 the smallest eigenvalue of its mean scaled row x x^T (constant "
+                        f"column included; c = {c:.3g} in the best case, near 0 for nearly collinear columns or "
+                        f"columns that fill a small part of their bounds). Measured for {key} on real tables: "
+                        f"x{f['min']:g} to x{f['max']:g}, median x{f['median']:g}, 90 % of the terms within "
+                        f"x{f['p05']:g}-x{f['p95']:g}; a range seen, not a bound")}
+
+
+def _with_realistic(row: dict[str, Any], realistic: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``row`` with ``half_width_measured``: its best-case half-width times each measured factor."""
+    if realistic is None:
+        return row
+    hw = row["half_width"]
+    scale = (lambda f: {k: v * f for k, v in hw.items()}) if isinstance(hw, Mapping) else (lambda f: hw * f)
+    return {**row, "half_width_measured": {k: scale(f) for k, f in realistic["factor"].items()}}
 
 
 def _typical(request: Mapping[str, Any], n: int) -> float:
     """A diagonal entry / eigenvalue of AᵀA for n rows at the norm bound spread evenly over the d columns."""
     return n * float(request["norm_bound"]) ** 2 / int(request["dimension"])
+
+
+def _regression_size(request: Mapping[str, Any]) -> int:
+    """The size of the vector the mechanism sees: features, the constant column (an intercept or bounds), label."""
+    constant = bool(request.get("fit_intercept")) or request.get("bounds") is not None
+    return int(request["dimension"]) + constant
 
 
 def _second_moment(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
@@ -568,8 +612,11 @@ def _second_moment(mechanism, request, privacy, manifest, n, level) -> dict[str,
 
 def _regression(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
     d = int(request["dimension"])  # features + label
-    p = d - 1
+    size = _regression_size(request)
+    p = size - 1  # the columns of X^T X: the features, and the constant column when there is one
     ns = [n] if n is not None else list(N_GRID)
+    c = _typical(request, 1)  # per-row second moment of one coordinate
+    intervals = _regression_interval_kinds(mechanism, request, privacy, n, c)
     if mechanism == "adassp":
         s_xx, s_xy = (float(x) for x in privacy["noise_scale"][1:])
         noise = {"distribution": "gaussian", "entry_stderr_xtx": s_xx, "entry_stderr_xty": s_xy}
@@ -577,7 +624,7 @@ def _regression(mechanism, request, privacy, manifest, n, level) -> dict[str, An
         e = _entry_half_widths(mechanism, request, privacy, level)
         if e is None:
             r = int(privacy.get("projection_rows") or privacy.get("dof"))
-            return {"what": "coefficients", "predicted": False,
+            return {"intervals": intervals, "what": "coefficients", "predicted": False,
                     "why": (f"the noise of {mechanism} scales with the data: the coefficients vary about as OLS "
                             f"coefficients fitted to r = {r} rows drawn from the data's second moment (plus the "
                             "ridge w^2), i.e. about sqrt(n/r) times the sampling standard error"),
@@ -585,54 +632,165 @@ def _regression(mechanism, request, privacy, manifest, n, level) -> dict[str, An
                     "method": "Wishart law of the release around A^T A + w^2 I (first order)"}
         s_xx = s_xy = e["stderr"]
         noise = {"distribution": mechanism, "entry_stderr_xtx": s_xx, "entry_stderr_xty": s_xy}
-    c = _typical(request, 1)  # per-row second moment of one coordinate
     z = normal_quantile(level)
+    realistic = _realistic(mechanism, request.get("params") or {}, c)
     table = [_with_realistic({"n": m, "stderr": s_xy / (m * c), "half_width": z * s_xy / (m * c),
-                              "stderr_per_unit_norm_beta": s_xx / (m * c)}) for m in ns]
-    intervals = _regression_interval_kinds(mechanism, request, privacy, p)
-    return {**({"intervals": intervals} if intervals else {}),
+                              "stderr_per_unit_norm_beta": s_xx / (m * c)}, realistic) for m in ns]
+    return {
+        "intervals": intervals,
         "what": "coefficients", "predicted": True, "best_case": True, "warning": BEST_CASE_WARNING,
-        "realistic": REALISTIC,
+        **({"realistic": realistic} if realistic else {}),
         "per_coefficient": table,
         "n_for_stable_solve": 2.0 * s_xx * math.sqrt(p) / c,
         "method": ("first order: beta_hat - beta = (X^T X)^-1 (e_xy - E_xx beta), with X^T X about n c I, "
                    f"c = B^2/d = {c:.6g} (rows at the norm bound spread evenly over the d = {d} columns, label "
                    "included); stderr at beta = 0, add stderr_per_unit_norm_beta x ||beta|| in quadrature; "
                    "privacy noise only (sampling error comes on top); n_for_stable_solve: n at which the noise's "
-                   "spectral norm (about 2 s sqrt(p)) equals n c, below it the solve is dominated by noise"),
+                   f"spectral norm (about 2 s sqrt(p), p = {p} columns of X^T X) equals n c, below it the solve is "
+                   "dominated by noise"),
         "noise": noise,
     }
 
 
-def _regression_interval_kinds(mechanism, request, privacy, p: int) -> dict[str, Any] | None:
-    """Which kind of coefficient intervals the release will carry, as a function of λ_min of the scaled XᵀX.
+def _design_threshold(mechanism: str, privacy: Mapping[str, Any], params: Mapping[str, Any], size: int,
+                      norm_bound: float) -> float:
+    """T: the release marks its coefficient intervals conservative when λ_min of the scaled XᵀX (constant column
+    included) is at most about T — where :func:`~spark_dp.second_moment.intervals.design_floor`, the release's own
+    lower bound on λ_min, reaches 0 for a release whose noise took its mean (inf: every release).
 
-    The same thresholds as the release (:mod:`spark_dp.second_moment.uncertainty`, ``adassp_uncertainty``;
-    :mod:`spark_dp.second_moment.intervals`, ``gaussian_lambda_floor``); the dry run cannot see λ_min (the data's).
+    Computed by that function on two such releases (its bound is affine in λ_min): Analyze Gauss 2σ(√(size − 1) +
+    √ln 2000), Wishart the 0.999 bound r on its noise's spectral norm (about), JL / inverse-Wishart (θ_hi − 1)·w².
+    Before any ``psd`` projection: after one that clipped an eigenvalue, the additive bound doubles.
+    """
+    from spark_dp.second_moment.intervals import NoiseLaw, design_floor
+
+    plain = {**params, "postprocess": "none"}
+    if mechanism == "analyze_gauss":  # the manifest's old name, which design_floor reads (plans carry both)
+        privacy = {"noise_sigma": privacy.get("noise_scale"), **privacy}
+    mean = NoiseLaw.of(mechanism, privacy, plain, norm_bound, size).mean
+
+    def floor(lam: float) -> float:
+        return design_floor(mechanism, privacy, plain, (lam + mean) * np.eye(size), norm_bound=norm_bound,
+                            label_at=size - 1)[0]
+
+    f0 = floor(0.0)
+    x = max(1.0, abs(f0))
+    slope = (floor(x) - f0) / x
+    return math.inf if slope <= 1e-12 else max(-f0 / slope, 0.0)
+
+
+def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
+                               n: int | None, c: float) -> dict[str, Any]:
+    """Which intervals the release's coefficients will carry, and when they are refused or marked conservative.
+
+    The release decides from λ_min of its scaled XᵀX (the data's; a dry run cannot see it) with the thresholds of
+    :mod:`spark_dp.second_moment.intervals` (``design_floor``, the Analyze Gauss ridge's ``gaussian_lambda_floor``)
+    and :func:`spark_dp.second_moment.uncertainty.adassp_uncertainty` (AdaSSP, whose p counts the constant column
+    as its algorithm does). In user words, λ_min = n·s², s² the smallest eigenvalue of the mean scaled row x xᵀ
+    (c in the best case). ``summary`` leads (the text dry run shows it); ``rule`` is the whole rule (``--verbose``).
     """
     params = request.get("params") or {}
     ridge = float(params.get("ridge") or 0.0)
+    post = params.get("postprocess") or "none"
+    size = _regression_size(request)
+    constant = size > int(request["dimension"])
+    intercept = bool(request.get("fit_intercept"))
+    arrays = ["coefficients", "intercept"] if intercept else ["coefficients"]
+    covers = "noise" if mechanism == "adassp" or not constant else "noise + sampling"
+    B = float(request["norm_bound"])
+    measured = REALISTIC_FACTORS.get(_factor_key(mechanism, params))
+    scaled = ("into [-1, 1] by their bounds" if request.get("bounds") is not None else
+              "as the mechanism sees them (clipped to the norm bound)")
+    what = (f"s^2 = the smallest eigenvalue of the mean of x x^T over your rows, x a row's features scaled {scaled}"
+            f"{', with the constant column' if constant else ''}: c = {c:.3g} in the best case, near 0 for nearly "
+            "collinear columns or columns that fill a small part of their bounds")
+    above = " (the factor above)" if mechanism in ("analyze_gauss", "wishart", "adassp") else ""
+
+    def at_n(t: float) -> str:
+        if not math.isfinite(t):
+            return "in every release"
+        if n is None:
+            return f"when n s^2 <= {t:.4g} (give --n for your row count)"
+        if n * c <= t:
+            return f"at n = {n:,} even in the best case: expect it"
+        return (f"at n = {n:,} when s^2 <= {t / n:.3g}, i.e. when your table is about x{n * c / t:.3g} or more "
+                f"from the best case{above}")
+
+    out: dict[str, Any] = {"covers": covers}
     if mechanism == "adassp":
         s1, s2 = (float(x) for x in privacy["noise_scale"][:2])
         delta, rho = float(request["delta"]), float(privacy["rho"])
+        q = size - 1  # AdaSSP's p: the columns of its X^T X, the constant's included (spark_dp.second_moment.adassp)
         margin = s1 * math.sqrt(math.log(6.0 / delta))
-        threshold = s2 * math.sqrt(p * math.log(2.0 * p * p / rho))
-        return {"lambda_min_refused_below": margin, "lambda_min_interval_above": threshold + margin,
-                "how": ("coefficients/intercept: kind none (refused, the reason in the method) when AdaSSP's private "
-                        "lower bound on lambda_min of the scaled X^T X is 0, i.e. about when lambda_min < "
-                        f"{margin:.6g} (sigma_1 sqrt(ln(6/delta))); kind bound (its ridge's bias bounded) between "
-                        f"that and {threshold + margin:.6g}; kind interval above (no adaptive ridge){'' if not ridge else ', except that a user ridge > 0 always gives a bound'}; "
-                        "without bounds any ridge > 0 is refused. lambda_min is the data's: about n times the "
-                        "smallest variance of the scaled columns for a well-spread design, far less for a collinear one")}
-    if mechanism == "analyze_gauss" and (params.get("postprocess") == "shift" or ridge):
-        sigma = float(privacy["noise_scale"] if not isinstance(privacy["noise_scale"], list) else privacy["noise_scale"][0])
-        noise = 2.0 * sigma * math.sqrt(p) + 2.0 * sigma * math.sqrt(math.log(2.0 / 1e-3))
-        return {"lambda_min_bound_above": noise,
-                "how": ("coefficients/intercept after the shift (a ridge): kind bound (the ridge's bias bounded) when "
-                        f"lambda_min of the released scaled X^T X exceeds {noise:.6g} (a 0.999 bound on the noise's "
-                        "spectral norm), otherwise kind interval for the unregularised fit of the same release (the "
-                        "released ridge coefficients may lie outside it)")}
-    return None
+        threshold = s2 * math.sqrt(q * math.log(2.0 * q * q / rho))
+        bounded = request.get("bounds") is not None and constant
+        out.update(kinds={a: (["none", "bound"] if ridge else ["none", "bound", "interval"]) for a in arrays},
+                   refused_when={"lambda_min_below": margin, "s2_below_at_n": None if n is None else margin / n},
+                   bound_when={"lambda_min_below": threshold + margin},
+                   headline=(f"{' and '.join(arrays)}: refused (kind none, no interval) when the design is too close "
+                             "to collinear for the noise, conservative (kind bound) in between, a plain interval "
+                             "(privacy noise only) when it is well spread"))
+        out["summary"] = [
+            out["headline"] + ".",
+            f"Refused {at_n(margin)}.",
+            f"Kind bound {at_n(threshold + margin)}" + (" (always, with your ridge > 0)." if ridge else "."),
+        ]
+        out["rule"] = (
+            "kind none (refused, the reason in the method) when AdaSSP's private lower bound on lambda_min of the "
+            f"scaled X^T X is 0, i.e. about when lambda_min < {margin:.6g} (sigma_1 sqrt(ln(6/delta))); kind bound "
+            f"(its ridge's bias bounded) between that and {threshold + margin:.6g} (sigma_2 sqrt(p ln(2 p^2/rho)) + "
+            f"that, p = {q} columns of X^T X{', the constant included' if constant else ''}); kind interval above "
+            f"(no adaptive ridge){', except that a user ridge > 0 always gives a bound' if ridge else ''}"
+            f"{'' if bounded else '; without bounds any ridge > 0 is refused'}. lambda_min = n s^2, " + what)
+    else:
+        t = _design_threshold(mechanism, privacy, params, size, B)
+        psd = post == "psd"
+        ridged = mechanism == "analyze_gauss" and post in ("none", "shift") and (post == "shift" or ridge > 0)
+        unbounded = ridged and not constant  # no row count bounds the ridge's bias: the unregularised fit, always
+        if unbounded:
+            t = math.inf
+        out["conservative_when"] = {"lambda_min_at_most": t, "lambda_min_at_most_after_psd_clip": (2.0 * t if psd
+                                                                                                    else None),
+                                    "s2_at_most_at_n": None if n is None else t / n}
+        if ridged and constant and intercept:
+            out["kinds"] = {a: ["bound", "interval"] for a in arrays}
+            out["headline"] = (f"{' and '.join(arrays)}: kind bound (the ridge's bias bounded; conservative by "
+                               "construction) when the design is well spread for the noise, otherwise the interval "
+                               "of the unregularised fit of the same release, marked conservative")
+            out["summary"] = [out["headline"] + ".", f"The unregularised fit's interval {at_n(t)}."]
+        else:
+            out["kinds"] = {a: ["interval"] for a in arrays}
+            out["headline"] = (f"{' and '.join(arrays)}: kind interval ({covers}); marked conservative (wider than "
+                               "the level needs) when the privacy noise may swamp the design's weakest direction")
+            out["summary"] = [out["headline"] + ".",
+                              f"Marked conservative {at_n(t)}" + ("; twice that s^2 if the PSD projection clips an "
+                                                                  "eigenvalue." if psd else ".")]
+        out["rule"] = (
+            "the release computes a lower bound on lambda_min of its scaled X^T X (the constant column included) "
+            "from the released matrix, holding with probability 0.999 (spark_dp.second_moment.intervals.design_floor: "
+            + {"analyze_gauss": "the released X^T X minus 2 sigma (sqrt(p) + sqrt(ln 2000)), p its columns",
+               "wishart": "the released X^T X minus the Wishart mean c and the 0.999 bound r on its spectral norm",
+               }.get(mechanism, "the released X^T X over theta_hi, the 0.999 upper end of the multiplicative noise's "
+                               "eigenvalues, minus the ridge w^2")
+            + "); where it is <= 0 the method begins with 'conservative'"
+            + (" and, after the shift or a ridge, the interval is the unregularised fit's (else kind bound)"
+               if "bound" in out["kinds"][arrays[0]] else "")
+            + (". Without the constant column the release bounds no row count, so after the shift or a ridge the "
+               "interval is always the unregularised fit's, marked conservative" if unbounded else
+               f". For a release whose noise takes its mean that is lambda_min <= {t:.6g}")
+            + (" (doubled when the PSD projection clipped an eigenvalue)" if psd else "")
+            + ". lambda_min = n s^2, " + what)
+    if measured is not None:
+        out["measured"] = {"refused": measured["refused"], "conservative": measured["conservative"],
+                           "on": REALISTIC_SOURCE}
+        key = _factor_key(mechanism, params)
+        out["summary"].append(
+            "On ten real tables (epsilon 0.3-4): " + (
+                f"{100 * measured['refused']:.0f} % of the {key} releases refused their intervals; of the others "
+                f"{100 * measured['conservative']:.0f} % were kind bound." if mechanism == "adassp" else
+                f"{100 * measured['conservative']:.0f} % of the {key} releases were marked conservative"
+                + (" or kind bound." if "bound" in out["kinds"][arrays[0]] else ".")))
+    return out
 
 
 def _pca(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
