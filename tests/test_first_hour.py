@@ -249,7 +249,7 @@ def test_heavy_hitters_say_what_cut_them(spark, tmp_path, capsys):
     items = ["a"] * 400 + ["b"] * 300 + ["c"] * 3 + ["d"] * 2
     df = spark.createDataFrame([(x,) for x in items], ["item"])
     dp = _session(tmp_path, "hh", sampler=SeededSampler(np.random.default_rng(3)))
-    rel = dp.count_sketch(df, "item", epsilon=1.0, delta=1e-6, repetitions=5, buckets=64,
+    rel = dp.count_sketch(df, "item", epsilon=1.0, delta=1e-6, repetitions=5, buckets=1024,
                           candidates=["a", "b", "c", "d", "e"], top=4)
     hh = rel.manifest["heavy_hitters"]
     assert [r["item"] for r in hh["items"]] == ["a", "b"], hh  # c, d, e are far below 3 sigma of the noise
@@ -262,7 +262,10 @@ def test_heavy_hitters_say_what_cut_them(spark, tmp_path, capsys):
     assert frame["item"].tolist() == ["a", "b"] and (frame["low"] < frame["value"]).all()
     assert (frame["value"] < frame["high"]).all() and frame.attrs["note"] == hh["note"]
     est = rel.to_pandas("estimates", items=["a", "e"])
-    assert est["item"].tolist() == ["a", "e"] and np.isfinite(est[["stderr", "low", "high"]].to_numpy()).all()
+    # The estimates' interval is a bound that includes hash collisions (5 x 1,024 counters; a sketch of a few
+    # hundred counters is refused): finite ends, no standard error (a bound has none).
+    assert est["item"].tolist() == ["a", "e"] and np.isfinite(est[["low", "high"]].to_numpy()).all()
+    assert est["stderr"].isna().all() and (est["low"] < est["high"]).all()
 
     candidates = tmp_path / "candidates.txt"
     candidates.write_text("a\nb\nc\nd\ne\n")
