@@ -31,6 +31,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks._markers import write_between  # noqa: E402
 from tests._calibration import HELDOUT, MECHANISMS, TABLES, cell, load  # noqa: E402
 
 DOC = os.path.join(ROOT, "docs", "accuracy.md")
@@ -177,12 +178,7 @@ def main() -> None:
     if not args.write:
         print(text)
         return
-    with open(DOC, encoding="utf-8") as fh:
-        doc = fh.read()
-    begin, end = (HELDOUT_BEGIN, HELDOUT_END) if args.heldout else (BEGIN, END)
-    a, b = doc.index(begin) + len(begin), doc.index(end)
-    with open(DOC, "w", encoding="utf-8") as fh:
-        fh.write(doc[:a] + "\n" + text + "\n" + doc[b:])
+    write_between(DOC, *((HELDOUT_BEGIN, HELDOUT_END) if args.heldout else (BEGIN, END)), text)
     print(f"wrote the calibration table into {DOC}")
 
 

@@ -30,6 +30,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks._markers import write_between  # noqa: E402
 from tests._calibration_families import SKETCH_MECHANISMS, SKETCH_TABLES, sketch_cell, tensor_cell  # noqa: E402
 
 DOC = os.path.join(ROOT, "docs", "accuracy.md")
@@ -194,11 +195,7 @@ def main() -> None:
     if not args.write:
         print(text)
         return
-    with open(DOC, encoding="utf-8") as fh:
-        doc = fh.read()
-    a, b = doc.index(BEGIN) + len(BEGIN), doc.index(END)
-    with open(DOC, "w", encoding="utf-8") as fh:
-        fh.write(doc[:a] + "\n" + text + "\n" + doc[b:])
+    write_between(DOC, BEGIN, END, text)
     print(f"wrote the families' calibration tables into {DOC}")
 
 

@@ -20,6 +20,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks._markers import write_between  # noqa: E402
 from tests._coverage import (  # noqa: E402
     adassp_coverage,
     input_perturbation_coverage,
@@ -155,11 +156,7 @@ def main() -> None:
     if not args.write:
         print(text)
         return
-    with open(DOC, encoding="utf-8") as fh:
-        doc = fh.read()
-    a, b = doc.index(BEGIN) + len(BEGIN), doc.index(END)
-    with open(DOC, "w", encoding="utf-8") as fh:
-        fh.write(doc[:a] + "\n" + text + "\n" + doc[b:])
+    write_between(DOC, BEGIN, END, text)
     print(f"wrote the coverage table into {DOC}")
 
 
