@@ -38,6 +38,11 @@ DOC = os.path.join(ROOT, "docs", "accuracy.md")
 BEGIN, END = "<!-- calibration:begin -->", "<!-- calibration:end -->"
 #: ``--heldout``: the tables kept out of the grid (tests/_calibration.py HELDOUT), written to their own markers.
 HELDOUT_BEGIN, HELDOUT_END = "<!-- calibration-heldout:begin -->", "<!-- calibration-heldout:end -->"
+#: ``--covers noise+sampling`` (asked for; the default covers the noise only): the same two tables, their own markers.
+MARKERS = {("noise", False): (BEGIN, END), ("noise", True): (HELDOUT_BEGIN, HELDOUT_END),
+           ("noise+sampling", False): ("<!-- calibration-sampling:begin -->", "<!-- calibration-sampling:end -->"),
+           ("noise+sampling", True): ("<!-- calibration-heldout-sampling:begin -->",
+                                      "<!-- calibration-heldout-sampling:end -->")}
 HEAD = ("| table (n, features) | mechanism | ε | m | covers | kind | refused | conservative | coverage: worst term | "
         "terms | terms of the releases not marked conservative (how many) | median width / scale | max stderr ÷ (half-width ÷ z) |")
 
@@ -116,16 +121,16 @@ def table(rows: list[dict], note: str) -> str:
 
 
 def run(which: str, reps: int, draws: int, tables: list[str] | None = None, mechanisms: list[str] | None = None,
-        raw: str | None = None, skip: set | None = None, heldout: bool = False) -> list[dict]:
+        raw: str | None = None, skip: set | None = None, heldout: bool = False, covers: str = "noise") -> list[dict]:
     rows = []
     for name, label, mech, post, eps, m in grid(which, HELDOUT if heldout else TABLES):
         if tables and name not in tables or mechanisms and label not in mechanisms:
             continue
-        if skip and (name, label, eps, m) in skip:
+        if skip and (name, label, eps, m) in skip or covers != "noise" and mech == "adassp":  # AdaSSP: noise only
             continue
         x, _, _ = load(name)
         t0 = time.time()
-        c = cell(name, label, mech, post, epsilon=eps, m=m, reps=reps, draws=draws)
+        c = cell(name, label, mech, post, epsilon=eps, m=m, reps=reps, draws=draws, covers=covers)
         r = record(c, x.shape[0], x.shape[1] - 1, time.time() - t0, draws)
         rows.append(r)
         if raw:
@@ -158,6 +163,8 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true", help="skip the cells already in --raw")
     ap.add_argument("--from-raw", default=None, help="','-separated raw files: build the table, run nothing")
     ap.add_argument("--write", action="store_true", help="write the table into docs/accuracy.md")
+    ap.add_argument("--covers", choices=("noise", "noise+sampling"), default="noise",
+                    help="what the intervals are asked to cover (the release's default: noise)")
     ap.add_argument("--heldout", action="store_true",
                     help="the held-out tables instead of the ten (their own section of docs/accuracy.md)")
     args = ap.parse_args()
@@ -168,7 +175,9 @@ def main() -> None:
         skip = {(r["table"], r["label"], r["epsilon"], r["m"]) for r in read_raw([args.raw])} if (
             args.resume and args.raw and os.path.exists(args.raw)) else None
         rows = run(args.grid, args.reps, args.draws, args.tables.split(",") if args.tables else None,
-                   args.mechanisms.split(";") if args.mechanisms else None, args.raw, skip, args.heldout)
+                   args.mechanisms.split(";") if args.mechanisms else None, args.raw, skip, args.heldout,
+                   args.covers)
+    rows = [r for r in rows if r["covers"] == args.covers]  # a raw file of the other covers adds nothing here
     seconds = sum(r["seconds"] for r in rows) if args.from_raw else time.time() - t0
     reps = sorted({r["reps"] for r in rows})
     draws = sorted({r["draws"] for r in rows})
@@ -178,7 +187,7 @@ def main() -> None:
     if not args.write:
         print(text)
         return
-    write_between(DOC, *((HELDOUT_BEGIN, HELDOUT_END) if args.heldout else (BEGIN, END)), text)
+    write_between(DOC, *MARKERS[(args.covers, args.heldout)], text)
     print(f"wrote the calibration table into {DOC}")
 
 

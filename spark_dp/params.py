@@ -31,6 +31,9 @@ FORMATS = ("parquet", "csv", "json", "orc")
 TABLE = "table"  # the format of a catalog table dataset
 NONFINITE_POLICIES = ("drop", "zero")
 NEIGHBORS = ("add_remove", "replace")
+#: What linear_regression's intervals cover (``covers``; the first is the default): the privacy noise only, or
+#: also a constant-variance model's sampling error (spark_dp.second_moment.intervals).
+REGRESSION_COVERS = ("noise", "noise+sampling")
 ROW_IDS = ("content", "partition")  # jl_ridge's row ids with projection "rows" (spark_dp.aggregates.jl)
 
 
@@ -230,6 +233,7 @@ PARAMS: Constraints = Constraints({
     "bounds": Optional(Bounds(auto=True)),  # "auto": chosen privately per column (bounds_share of ε)
     "bounds_share": Real(0, 1, low_open=True, high_open=True),
     "fit_intercept": Bool(),
+    "covers": Options(REGRESSION_COVERS),
     # the second-moment family's norm bound: a number, "auto", or None (derived from full bounds)
     "norm_bound_or_auto": Optional(OrAuto(NORM_BOUND)),
     "norm_bound_share": Real(0, 1, low_open=True, high_open=True),   # ε share of norm_bound="auto"

@@ -15,8 +15,12 @@ noise (:class:`tests._samplers.FakeChokepoint`), the fit, and the intervals
 ``linear_regression`` calls them — and counts how often each interval holds
 the truth its ``covers`` states:
 
-* ``noise+sampling`` (every second-moment mechanism, which releases the
-  constant column): the fixed-design world of the table. The design X is
+* ``noise`` (the release's default, and AdaSSP, which releases no yᵀy):
+  the table's own labels, and the truth is the non-private OLS fit on the
+  same (clamped) rows.
+* ``noise+sampling`` (asked for with ``covers``; every second-moment
+  mechanism but AdaSSP, which releases the constant column): the
+  fixed-design world of the table. The design X is
   the table's; every release draws new labels y* = Xβ̂ + s·ê (β̂, ê the
   table's non-private OLS fit and residuals, s independent random signs:
   the wild bootstrap, which keeps the residuals' heteroscedasticity and
@@ -26,8 +30,6 @@ the truth its ``covers`` states:
   the clamping biases away from: on a table whose label sits at its bound
   in many rows — earnings at 0 — the textbook OLS interval held β̂ in 1 %
   of the worlds for one term, the clamped world's own fit in 98 %.)
-* ``noise`` (AdaSSP, which releases no yᵀy): the table's own labels, and the
-  truth is the non-private OLS fit on the same (clamped) rows.
 
 Per cell: per-term coverage (the worst term and all terms), the share of
 releases whose intervals were refused (``kind: none``), the median interval
@@ -266,8 +268,10 @@ MECHANISMS = (
 
 def cell(name: str, label: str, mechanism: str, postprocess: str, *, epsilon: float, m: int = 1, reps: int = 100,
          draws: int = 1000, level: float = 0.95, seed: int = 0, ridge: float = 0.0,
-         data: tuple | None = None) -> CellResult:
+         data: tuple | None = None, covers: str = "noise") -> CellResult:
     """Releases ``reps`` regressions of table ``name`` and measures their intervals (module doc).
+
+    ``covers``: what the intervals are asked to cover (AdaSSP: ``noise`` always).
 
     ``data``: (x, y, scaling) as :func:`load` returns them, for a table that is not in :data:`TABLES` (``name``
     then only labels the result).
@@ -305,13 +309,16 @@ def cell(name: str, label: str, mechanism: str, postprocess: str, *, epsilon: fl
         gram = vec.T @ vec
         truth = np.linalg.lstsq(x, y, rcond=None)[0]
         covers = "noise"
+    elif covers == "noise":
+        plan = plan_mechanism(mechanism, d=size, epsilon=epsilon, delta=DELTA, norm_bound=norm_bound,
+                              postprocess=postprocess, max_rows_per_unit=m)
+        truth = ols  # the table's own labels: their non-private fit (the same clamped rows)
     else:
         plan = plan_mechanism(mechanism, d=size, epsilon=epsilon, delta=DELTA, norm_bound=norm_bound,
                               postprocess=postprocess, max_rows_per_unit=m)
         # The clamped wild-bootstrap world's population fit (module doc), not β̂: the clamp moves E[y*] off Xβ̂.
         truth = np.linalg.lstsq(x, 0.5 * (np.clip(x @ ols + resid, lo_y, hi_y) + np.clip(x @ ols - resid, lo_y, hi_y)),
                                 rcond=None)[0]
-        covers = "noise+sampling"
     for r in range(reps):
         cp = FakeChokepoint.seeded(seed * 100_003 + r)
         brng = np.random.default_rng(seed * 7_919 + r)
@@ -320,13 +327,13 @@ def cell(name: str, label: str, mechanism: str, postprocess: str, *, epsilon: fl
             us = adassp_uncertainty(res["xtx"], res["xty"], res["coefficients"], plan.sigmas, level,
                                     ridge=float(res["lambda"][0]), scaling=scaling, rng=brng)
         else:
-            ys = np.clip(x @ ols + resid * rng.choice([-1.0, 1.0], size=n), lo_y, hi_y)
+            ys = y if covers == "noise" else np.clip(x @ ols + resid * rng.choice([-1.0, 1.0], size=n), lo_y, hi_y)
             vec = _scaled(x, ys, t_inv)
             released = plan.noise(vec.T @ vec, cp)
             fit = regression_coefficients(released, ridge=ridge)[0]
             us = regression_intervals(plan.mechanism, plan.privacy, plan.params, released, fit, scaling=scaling,
                                       label_at=label_at, norm_bound=norm_bound, fit_intercept=True, level=level,
-                                      draws=draws, rng=brng, ridge=ridge)
+                                      draws=draws, rng=brng, ridge=ridge, covers=covers)
         u_c, u_i = us["coefficients"], us["intercept"]
         kinds.add(u_c.kind)
         if u_c.kind == "none":

@@ -335,12 +335,13 @@ def whitened_coverage(*, d: int = 4, k: int = 2, n: int = 4000, epsilon: float =
 def regression_coverage(mechanism: str, *, p: int = 2, n: int = 20_000, epsilon: float = 1.0, delta: float = 1e-6,
                         reps: int = 200, level: float = 0.95, seed: int = 0, postprocess: str = "none",
                         fit_intercept: bool = True, bounded: bool = True, draws: int = 1000,
-                        **kw) -> dict[str, float]:
+                        covers: str = "noise+sampling", **kw) -> dict[str, float]:
     """Coverage of the regression intervals of any mechanism (:func:`regression_intervals`, the release's code).
 
-    With a constant column (an intercept, or ``bounded``) the intervals claim noise and sampling: the design X
-    is fixed, every release draws new errors y = b + Xβ + e (b = 0 through the origin) and the truth is (β, b).
-    Without one (raw rows, no intercept: noise only) X and y are fixed and the truth is the non-private fit on
+    With a constant column (an intercept, or ``bounded``) and ``covers="noise+sampling"`` the intervals claim
+    noise and sampling: the design X is fixed, every release draws new errors y = b + Xβ + e (b = 0 through the
+    origin) and the truth is (β, b). With ``covers="noise"`` (the release's default), or without a constant
+    column (raw rows, no intercept: noise only), X and y are fixed and the truth is the non-private fit on
     them. The release's fit and intervals are computed as ``linear_regression`` computes them; the mechanism's
     own noise step (numpy, FakeChokepoint) makes each release.
     """
@@ -371,13 +372,14 @@ def regression_coverage(mechanism: str, *, p: int = 2, n: int = 20_000, epsilon:
     plan = plan_mechanism(mechanism, d=size, epsilon=epsilon, delta=delta, norm_bound=norm_bound,
                           postprocess=postprocess, **kw)
     truth = np.append(beta, intercept) if fit_intercept else beta
-    if not bounded:
-        truth = np.linalg.lstsq(X, y_fixed, rcond=None)[0]
+    fixed = not bounded or covers == "noise"  # the labels are the table's: the truth is their non-private fit
+    if fixed:
+        truth = np.linalg.lstsq(np.column_stack([X, np.ones(n)]) if fit_intercept else X, y_fixed, rcond=None)[0]
     hits = {"coefficients": 0, "intercept": 0}
     widths = []
     k = scaling.constant_at
     for r in range(reps):
-        y = y_fixed if not bounded else intercept + X @ beta + rng.normal(0.0, sd, n)
+        y = y_fixed if fixed else intercept + X @ beta + rng.normal(0.0, sd, n)
         rows = np.column_stack([X, y]) if k is None else np.column_stack([X, np.ones(n), y])
         vec = np.linalg.solve(t, rows.T).T  # the scaled vectors a = T^-1 x
         released = plan.noise(vec.T @ vec, FakeChokepoint.seeded(seed * 100_003 + r))
@@ -388,7 +390,7 @@ def regression_coverage(mechanism: str, *, p: int = 2, n: int = 20_000, epsilon:
             fit = regression_coefficients(data, ridge=0.0)[0]
         u = regression_intervals(plan.mechanism, plan.privacy, plan.params, released, fit, scaling=scaling,
                                  label_at=size - 1, norm_bound=norm_bound, fit_intercept=fit_intercept,
-                                 level=level, draws=draws, rng=np.random.default_rng(r))
+                                 level=level, draws=draws, rng=np.random.default_rng(r), covers=covers)
         hits["coefficients"] += int(np.sum((u["coefficients"].low <= truth[:p]) & (truth[:p] <= u["coefficients"].high)))
         if "intercept" in u:
             hits["intercept"] += int(u["intercept"].low[0] <= truth[p] <= u["intercept"].high[0])

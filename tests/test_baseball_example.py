@@ -63,10 +63,10 @@ def test_row_level_config_runs_on_a_sample(spark, tmp_path, capsys):
     rel = spark_dp.load_release(json.loads(capsys.readouterr().out)["path"])
     assert rel["coefficients"].shape == (6,) and rel["intercept"].shape == (1,)
     assert rel.privacy["norm_bound"] == pytest.approx(np.sqrt(8.0))
-    assert rel.uncertainty["coefficients"].covers == "noise+sampling"
+    assert rel.uncertainty["coefficients"].covers == "noise"  # the default: the privacy noise
     method = rel.uncertainty["coefficients"].method  # the shift's ridge bias: bounded, or the unregularised fit's
     assert "iterated Tikhonov" in method or "unregularised fit" in method, method
-    assert rel.manifest["uncertainty"]["arrays"]["intercept"]["covers"] == "noise+sampling"
+    assert rel.manifest["uncertainty"]["arrays"]["intercept"]["covers"] == "noise"
     low, high = rel.interval("coefficients")
     assert np.all(low <= high) and low.shape == (6,)
     assert rel.manifest["scaling"]["bounds"]["ab"] == [0.0, 750.0]

@@ -71,7 +71,15 @@ def test_regression_with_bounds_is_ols_with_intercept_in_data_units(data, tmp_pa
     assert rel.privacy["norm_bound"] == pytest.approx(2.0)  # √(2 features + constant + label), nothing clipped
     assert rel.manifest["scaling"]["bounds"] == {k: list(v) for k, v in BOUNDS.items()}
     u = rel.uncertainty["coefficients"]
-    assert u.covers == "noise+sampling" and "Ferrando" in u.method and u.low.shape == (2,)
+    assert u.covers == "noise" and "Ferrando" in u.method and u.low.shape == (2,)  # the default
+    assert "constant variance" not in u.method
+    low, high = rel.interval("intercept")
+    assert low[0] <= rel["intercept"][0] <= high[0]
+    rel = api.linear_regression(s, df, ["a", "b"], "y", epsilon=1.0, delta=1e-6, bounds=BOUNDS,
+                                covers="noise+sampling")
+    u = rel.uncertainty["coefficients"]
+    assert u.covers == "noise+sampling" and "errors of constant variance" in u.method
+    assert rel.manifest["uncertainty"]["arrays"]["intercept"]["covers"] == "noise+sampling"
     low, high = rel.interval("intercept")
     assert low[0] <= rel["intercept"][0] <= high[0]  # no noise here: the interval is the sampling error's
     # without an intercept the fit through the origin is solved in the data's units
@@ -81,12 +89,13 @@ def test_regression_with_bounds_is_ols_with_intercept_in_data_units(data, tmp_pa
 
 
 def test_every_mechanism_and_fit_carries_coefficient_intervals(data, tmp_path):
-    """Through the origin (with bounds: noise+sampling; raw rows: noise only) and the Sheffet mechanisms: each
-    ``coefficients`` (and ``intercept``) interval simulates the release's own noise law (intervals.NoiseLaw)."""
+    """Through the origin (with bounds, noise+sampling asked for; raw rows: noise only) and the Sheffet mechanisms:
+    each ``coefficients`` (and ``intercept``) interval simulates the release's own noise law (intervals.NoiseLaw)."""
     df, X, y = data
     s = _session(tmp_path, Zero())
     Xc, yc = _clamped(X, y)
-    rel = api.linear_regression(s, df, ["a", "b"], "y", epsilon=1.0, delta=1e-6, bounds=BOUNDS, fit_intercept=False)
+    rel = api.linear_regression(s, df, ["a", "b"], "y", epsilon=1.0, delta=1e-6, bounds=BOUNDS, fit_intercept=False,
+                                covers="noise+sampling")
     u = rel.uncertainty["coefficients"]
     assert u.covers == "noise+sampling" and "own noise law" in u.method and u.low.shape == (2,)
     low, high = rel.interval("coefficients")  # no noise (Zero): the sampling error's interval around the OLS fit
@@ -101,8 +110,21 @@ def test_every_mechanism_and_fit_carries_coefficient_intervals(data, tmp_path):
                                         postprocess=post)
             for name in ("coefficients", "intercept"):
                 u = rel.uncertainty[name]
-                assert u.covers == "noise+sampling" and law in u.method, (mech, post, u.method)
+                assert u.covers == "noise" and law in u.method, (mech, post, u.method)
                 assert ("mean offset" in u.method) == (post == "none") and np.all(u.low < u.high)
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"mechanism": "adassp", "bounds": BOUNDS}, "must be 'noise' for mechanism 'adassp'"),
+    ({"norm_bound": 1e4, "fit_intercept": False}, "needs the constant column"),
+    ({"bounds": BOUNDS, "covers": "sampling"}, "'covers'"),
+])
+def test_a_sampling_term_that_cannot_be_given_is_refused_before_any_charge(data, tmp_path, kw, needle):
+    df, _, _ = data
+    s = _session(tmp_path, Zero())
+    with pytest.raises(ConfigError, match=needle):
+        api.linear_regression(s, df, ["a", "b"], "y", epsilon=1.0, delta=1e-6, **{"covers": "noise+sampling", **kw})
+    assert s.budget() is None  # no release, nothing charged
 
 
 def test_intercept_without_bounds_uses_an_equal_share_constant(data, tmp_path):

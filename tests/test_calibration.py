@@ -141,7 +141,7 @@ def test_psd_intervals_draw_without_the_projection():
 
 
 def test_the_sampling_term_says_it_assumes_constant_error_variance():
-    """What ``noise+sampling`` rests on is said in the method: heteroscedastic wage tables held 0.89-0.92."""
+    """What ``noise+sampling`` (asked for) rests on is said in the method; the default covers the noise only."""
     from spark_dp.second_moment.intervals import regression_intervals
     from spark_dp.second_moment.mechanisms import plan_mechanism
     from spark_dp.second_moment.regression import regression_coefficients
@@ -152,6 +152,12 @@ def test_the_sampling_term_says_it_assumes_constant_error_variance():
     released = plan.noise(vec.T @ vec, FakeChokepoint.seeded(0))
     fit = regression_coefficients(released)[0]
     got = regression_intervals("analyze_gauss", plan.privacy, plan.params, released, fit, scaling=scaling, label_at=3,
-                               norm_bound=2.0, fit_intercept=True, draws=200, rng=np.random.default_rng(0))
+                               norm_bound=2.0, fit_intercept=True, draws=200, rng=np.random.default_rng(0),
+                               covers="noise+sampling")
     for u in got.values():
         assert u.covers == "noise+sampling" and "errors of constant variance" in u.method, u.method
+        assert "42 %" in u.method  # the measured failure of the constant-variance term is said
+    got = regression_intervals("analyze_gauss", plan.privacy, plan.params, released, fit, scaling=scaling, label_at=3,
+                               norm_bound=2.0, fit_intercept=True, draws=200, rng=np.random.default_rng(0))
+    for u in got.values():
+        assert u.covers == "noise" and "constant variance" not in u.method, u.method

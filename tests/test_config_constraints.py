@@ -51,7 +51,7 @@ BAD = {  # task-specific key: invalid value
     "heavy_hitters": {"top": 0}, "repetitions": 0, "nulls": "keep", "unit_clipping": "l3", "unit_l2_bound": 0.0,
     "weight": 3, "label": 3, "entry_scale": 0.0, "bounds": {"x1": [1, 0]}, "fit_intercept": "yes",
     "norm_bound_share": 1.0, "norm_bound_quantile": 0.0, "clipping_report": "yes", "clipping_report_share": 1.0,
-    "bounds_share": 1.0, "mean_share": 1.0,
+    "bounds_share": 1.0, "mean_share": 1.0, "covers": "sampling",
 }
 NAMED = {"heavy_hitters": "params.heavy_hitters.top"}  # keys whose error names a nested key
 
@@ -94,3 +94,22 @@ def test_an_invalid_value_is_refused_naming_its_key(task, section, key, example_
     with pytest.raises((ConfigError, SchemaError)) as err:
         JobConfig.from_dict(raw)
     assert (named or section) in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("mechanism, params, needle", [
+    ("adassp", {"covers": "noise+sampling"}, "must be 'noise' for mechanism 'adassp'"),
+    ("analyze_gauss", {"covers": "noise+sampling", "fit_intercept": False}, "needs the constant column"),
+])
+def test_a_sampling_term_the_release_cannot_give_is_refused_at_validation(mechanism, params, needle, example_dir,
+                                                                          monkeypatch):
+    monkeypatch.chdir(example_dir)
+    with open(os.path.join(ROOT, "conf", BASE["linear_regression"])) as fh:
+        raw = yaml.load(fh, Loader=_Loader)
+    raw["mechanism"] = mechanism
+    raw["dataset"].pop("bounds", None)
+    raw["params"] = {**{k: v for k, v in (raw.get("params") or {}).items() if k != "postprocess"}, **params}
+    with pytest.raises(ConfigError, match=needle) as err:
+        JobConfig.from_dict(raw)
+    assert "params.covers" in str(err.value)
+    raw["params"]["covers"] = "noise"
+    JobConfig.from_dict(raw)  # the default is valid for both

@@ -207,7 +207,7 @@ def test_every_family_releases_its_error_bars(spark, tmp_path):
         assert "subspace_sin_theta_bound" in pb.manifest["accuracy"], mech
     reg = dp.linear_regression(df, ["x1", "x2"], "x3", norm_bound=1.0, **kw)  # the default intercept
     assert {"coefficients", "intercept"} <= set(reg.uncertainty)
-    assert reg.uncertainty["intercept"].covers == "noise+sampling"
+    assert reg.uncertainty["intercept"].covers == "noise"  # the default
     sk = dp.count_sketch(df, "q", repetitions=3, buckets=16, **kw)
     assert "sketch" in sk.uncertainty and 0 < sk.manifest["heavy_hitters"]["false_positive_rate"] < 1
     from spark_dp.sketch import estimate_intervals

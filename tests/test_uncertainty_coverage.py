@@ -218,6 +218,15 @@ def test_regression_intervals_of_every_mechanism_cover(mechanism, kw, fit_interc
             assert LOW - 0.01 <= cov[name] <= HIGH + 0.01, (name, cov)
 
 
+@pytest.mark.parametrize("mechanism, kw", [("analyze_gauss", {}), ("wishart", {}), ("jl_ridge", {})])
+def test_default_noise_only_intervals_hold_the_tables_own_fit(mechanism, kw):
+    """The release's default (``covers="noise"``): X and y fixed, the truth is their non-private OLS fit."""
+    cov = regression_coverage(mechanism, n=20_000, reps=150, seed=9, draws=500, covers="noise", **kw)
+    assert cov["covers"] == "noise", cov
+    for name in ("coefficients", "intercept"):
+        assert LOW - 0.01 <= cov[name] <= HIGH + 0.01, (name, cov)
+
+
 def test_regression_intervals_with_a_wrong_noise_law_are_caught(monkeypatch):
     """The Wishart law simulated with a quarter of its scale B² (what a wrong B would look like) under-covers."""
     import spark_dp.second_moment.intervals as I

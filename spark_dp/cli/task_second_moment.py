@@ -13,6 +13,7 @@ Config (``params`` keys per task; all optional unless stated)::
              public_n: 100000, prior_dof: 20,   # inverse_wishart with neighbors: replace (m = public_n + prior_dof)
              ridge: 0.0,            # linear_regression only
              fit_intercept: true,   # linear_regression only; default true with dataset.bounds, false without
+             covers: noise,         # linear_regression only: noise | noise+sampling (what the intervals cover)
              norm_bound_share: 0.1, norm_bound_quantile: 0.95,   # norm_bound: auto only (regression: 0.5)
              clipping_report: false, clipping_report_share: 0.05,  # opt-in: the private share of clipped rows
              bounds_share: 0.1,     # dataset.bounds: auto only
@@ -178,6 +179,15 @@ def _check(config) -> None:
         if config.dataset.dimension is not None:
             raise ConfigError("The 'dataset.dimension' parameter of the config is not supported for linear_regression "
                               "(give the features as numeric columns).")
+        if config.params.get("covers", "noise") == "noise+sampling":
+            if config.mechanism == "adassp":
+                raise ConfigError("The 'params.covers' parameter of the config must be 'noise' for mechanism 'adassp' "
+                                  "(it releases no y^T y, so the sampling error cannot be estimated). Got "
+                                  "'noise+sampling' instead.")
+            if not _fit_intercept(config) and config.dataset.extra.get("bounds") is None:
+                raise ConfigError("The 'params.covers' parameter of the config 'noise+sampling' needs the constant "
+                                  "column, which holds the row count: set params.fit_intercept (or give "
+                                  "dataset.bounds).")
     if config.task == "pca":
         if "k" not in config.params:
             raise ConfigError("Missing required key 'params.k' in the config (task pca).")
@@ -242,7 +252,7 @@ def _run_regression(session, config, spark):
 
     return linear_regression(session, _read(config, spark), list(config.dataset.columns), config.dataset.extra["label"],
                              ridge=config.params.get("ridge", 0.0), fit_intercept=_fit_intercept(config),
-                             **_common_kwargs(config))
+                             covers=config.params.get("covers", "noise"), **_common_kwargs(config))
 
 
 def _run_pca(session, config, spark):
@@ -269,7 +279,8 @@ SPEC = register(TaskSpec(
 REGRESSION_SPEC = register(TaskSpec(
     name="linear_regression",
     mechanisms=REGRESSION_MECHANISMS,
-    params={**_COMMON_PARAMS, "ridge": P.validator("ridge", OWNER), "fit_intercept": P.validator("fit_intercept", OWNER)},
+    params={**_COMMON_PARAMS, "ridge": P.validator("ridge", OWNER), "fit_intercept": P.validator("fit_intercept", OWNER),
+            "covers": P.validator("covers", OWNER)},
     plan=_plan,
     run=_run_regression,
     dataset_keys={"label": SM_PARAMS.validator("label", OWNER), "bounds": P.validator("bounds", OWNER)},

@@ -473,8 +473,8 @@ def _coefficients_in_data_units(sc, scaled: Mapping[str, Any], level: float) -> 
             "method": ("the scaled-unit first-order prediction (in_scaled_units, at beta = 0; its design assumption "
                        "X^T X about n c I is data-dependent, so this is approximate) mapped through the exact linear "
                        "map of the coefficients to the data's units (sd times the row norms of its Jacobian); "
-                       "privacy noise only: the release's own intervals, which cover noise and sampling, depend on "
-                       "the data")}
+                       "privacy noise only, as the release's own intervals by default (covers noise; with covers "
+                       "noise+sampling they add the sampling error), which depend on the data")}
 
 
 def _entry_half_widths(mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
@@ -696,7 +696,7 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
     constant = size > int(request["dimension"])
     intercept = bool(request.get("fit_intercept"))
     arrays = ["coefficients", "intercept"] if intercept else ["coefficients"]
-    covers = "noise" if mechanism == "adassp" or not constant else "noise + sampling"
+    covers = "noise + sampling" if request.get("covers") == "noise+sampling" and constant else "noise"
     B = float(request["norm_bound"])
     measured = REALISTIC_FACTORS.get(_factor_key(mechanism, params))
     scaled = ("into [-1, 1] by their bounds" if request.get("bounds") is not None else
