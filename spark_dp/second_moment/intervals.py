@@ -105,9 +105,6 @@ ITERATED_METHOD = ("; after the ridge r = {ridge:.6g} the interval is the bootst
                    "{power}")
 
 
-#: What a regression's intervals may cover (``linear_regression(covers=...)``); the first is the default.
-COVERS_CHOICES = REGRESSION_COVERS
-
 #: Rounds of iterated Tikhonov that the intervals after a ridge (``shift``, AdaSSP's λ > 0) are centred on.
 ITERATED_STEPS = 2
 
@@ -670,8 +667,8 @@ def regression_intervals(
     through_origin = not fit_intercept and scaling.constant_at is not None
     post = params.get("postprocess", "none")
     k = scaling.constant_at
-    if covers not in COVERS_CHOICES:
-        raise ValueError(f"covers must be one of {COVERS_CHOICES}, got {covers!r}")
+    if covers not in REGRESSION_COVERS:
+        raise ValueError(f"covers must be one of {REGRESSION_COVERS}, got {covers!r}")
     sampling = covers == "noise+sampling" and k is not None
 
     def parts(p: int) -> dict[str, np.ndarray]:
