@@ -71,7 +71,7 @@ def test_regression_with_bounds_is_ols_with_intercept_in_data_units(data, tmp_pa
     assert rel.privacy["norm_bound"] == pytest.approx(2.0)  # √(2 features + constant + label), nothing clipped
     assert rel.manifest["scaling"]["bounds"] == {k: list(v) for k, v in BOUNDS.items()}
     u = rel.uncertainty["coefficients"]
-    assert u.covers == "noise" and "Ferrando" in u.method and u.low.shape == (2,)  # the default
+    assert u.covers == "noise" and "exact Gaussian pivot" in u.method and u.low.shape == (2,)  # the default
     assert "constant variance" not in u.method
     low, high = rel.interval("intercept")
     assert low[0] <= rel["intercept"][0] <= high[0]

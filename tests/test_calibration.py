@@ -120,10 +120,15 @@ def _independent(n: int, seed: int = 0):
                                                     ("Wishart", "wishart", "none")])
 def test_an_interval_the_noise_swamps_says_it_is_conservative(label, mechanism, post):
     """``fair`` at eps = 1: the noise exceeds X^T X's smallest eigenvalue, every interval held (1.00). Before, they
-    claimed a calibrated 95 % (kind interval, no word of it); now the method says "conservative" first."""
+    claimed a calibrated 95 % (kind interval, no word of it); now the method says "conservative" first. Analyze
+    Gauss without a ridge gives the exact pivot's interval (not marked) where that set is bounded: in one release
+    of the eight here, whose interval held too."""
     got = cell("fair", label, mechanism, post, epsilon=1.0, reps=8, draws=400, seed=3)
     assert got.refused == 0.0 and got.kinds == ("interval",), got
-    assert got.conservative == 1.0 and got.worst == 1.0, got
+    if (mechanism, post) == ("analyze_gauss", "none"):
+        assert 0.5 <= got.conservative < 1.0 and got.worst == 1.0, got
+    else:
+        assert got.conservative == 1.0 and got.worst == 1.0, got
 
 
 def test_a_well_conditioned_design_is_not_called_conservative():

@@ -533,12 +533,12 @@ BEST_CASE_WARNING = (
 #: see, hence a measured range and not a prediction (per table the median term was 0.1–1.05 c/s², the worst
 #: 0.9–9.5 c/s²).
 REALISTIC_FACTORS: dict[str, dict[str, float]] = {
-    "analyze_gauss": {"min": 2.4, "p05": 4.6, "median": 58.0, "p95": 16000.0, "max": 260000.0,
-                      "refused": 0.0, "conservative": 0.64},
+    "analyze_gauss": {"min": 2.2, "p05": 4.5, "median": 58.0, "p95": 15000.0, "max": 260000.0,
+                      "refused": 0.0, "conservative": 0.46},
     "analyze_gauss/shift": {"min": 2.4, "p05": 4.7, "median": 61.0, "p95": 20000.0, "max": 1900000.0,
                             "refused": 0.0, "conservative": 1.0},
-    "analyze_gauss/psd": {"min": 2.4, "p05": 4.5, "median": 61.0, "p95": 130000.0, "max": 2100000.0,
-                          "refused": 0.0, "conservative": 0.65},
+    "analyze_gauss/psd": {"min": 2.2, "p05": 4.4, "median": 61.0, "p95": 130000.0, "max": 1700000.0,
+                          "refused": 0.0, "conservative": 0.47},
     "wishart": {"min": 5.5, "p05": 17.0, "median": 190.0, "p95": 4400.0, "max": 79000.0,
                 "refused": 0.0, "conservative": 0.95},
     "wishart/psd": {"min": 5.0, "p05": 15.0, "median": 130.0, "p95": 7200.0, "max": 56000.0,
@@ -746,11 +746,20 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
         t = _design_threshold(mechanism, privacy, params, size, B)
         psd = post == "psd"
         ridged = mechanism == "analyze_gauss" and post in ("none", "shift") and (post == "shift" or ridge > 0)
+        # Analyze Gauss without a ridge, noise only: the exact pivot's interval, the bootstrap's (marked
+        # conservative) only where the pivot's set is unbounded — about when lambda_min <= sqrt(2) z sigma
+        # (spark_dp.second_moment.pivot), where the release's own lower bound is <= 0 as well.
+        pivot = (mechanism == "analyze_gauss" and post in ("none", "psd") and ridge == 0 and covers == "noise"
+                 and (intercept or not constant))
+        if pivot:
+            from spark_dp.release.pipeline import confidence_of
+
+            t = math.sqrt(2.0) * normal_quantile(confidence_of(request)) * float(privacy["noise_scale"])
         unbounded = ridged and not constant  # no row count bounds the ridge's bias: the unregularised fit, always
         if unbounded:
             t = math.inf
-        out["conservative_when"] = {"lambda_min_at_most": t, "lambda_min_at_most_after_psd_clip": (2.0 * t if psd
-                                                                                                    else None),
+        out["conservative_when"] = {"lambda_min_at_most": t, "lambda_min_at_most_after_psd_clip": (
+                                        (t if pivot else 2.0 * t) if psd else None),
                                     "s2_at_most_at_n": None if n is None else t / n}
         if ridged and constant and intercept:
             out["kinds"] = {a: ["bound", "interval"] for a in arrays}
@@ -764,8 +773,15 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
                                "the level needs) when the privacy noise may swamp the design's weakest direction")
             out["summary"] = [out["headline"] + ".",
                               f"Marked conservative {at_n(t)}" + ("; twice that s^2 if the PSD projection clips an "
-                                                                  "eigenvalue." if psd else ".")]
-        out["rule"] = (
+                                                                  "eigenvalue." if psd and not pivot else ".")]
+        out["rule"] = ((
+            "the interval is the exact Gaussian pivot's (Fieller's: X^T y - X^T X b is exactly normal at the true b); "
+            "where that set is unbounded for a coefficient, about when the released lambda_min of the scaled X^T X "
+            f"(the constant column included) is <= sqrt(2) z sigma = {t:.6g}, the parametric bootstrap's instead, "
+            "marked 'conservative' (its own lower bound on lambda_min, spark_dp.second_moment.intervals."
+            "design_floor, is <= 0 there)" + (
+                ", as after a PSD projection that clipped an eigenvalue" if psd else "")
+            + ". lambda_min = n s^2, " + what) if pivot else (
             "the release computes a lower bound on lambda_min of its scaled X^T X (the constant column included) "
             "from the released matrix, holding with probability 0.999 (spark_dp.second_moment.intervals.design_floor: "
             + {"analyze_gauss": "the released X^T X minus 2 sigma (sqrt(p) + sqrt(ln 2000)), p its columns",
@@ -779,7 +795,7 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
                "interval is always the unregularised fit's, marked conservative" if unbounded else
                f". For a release whose noise takes its mean that is lambda_min <= {t:.6g}")
             + (" (doubled when the PSD projection clipped an eigenvalue)" if psd else "")
-            + ". lambda_min = n s^2, " + what)
+            + ". lambda_min = n s^2, " + what))
     if measured is not None:
         out["measured"] = {"refused": measured["refused"], "conservative": measured["conservative"],
                            "on": REALISTIC_SOURCE}
