@@ -72,6 +72,16 @@ bounds and the default norm bound no row is clipped. Where a lower bound on
 swamp the design's weakest direction) the method begins with
 "conservative" (:data:`CONSERVATIVE`; measured in docs/accuracy.md).
 
+Analyze Gauss without a ridge (post-processing ``none``, or ``psd`` where the
+projection clipped nothing), covering the noise only: not the bootstrap but
+Fieller's interval of the release's exact Gaussian pivot Xᵀy − XᵀX·b
+(:mod:`.pivot`, :func:`pivot_regression`). The bootstrap's world is built from
+the noisy XᵀX; the releases whose noise lifted its smallest eigenvalue got a
+world better conditioned than the truth, and on a held-out near-collinear
+table the releases the bootstrap did not mark conservative held one term in
+68 % of them. The bootstrap remains where the pivot's set is unbounded
+(:data:`PIVOT_UNBOUNDED`), marked conservative there.
+
 Every other mechanism and fit (:func:`mechanism_bootstrap`, dispatched by
 :func:`regression_intervals`): the same bootstrap with the release's own
 noise law (:class:`NoiseLaw`: Wishart AᵀA + W(B²I, k), JL W(AᵀA + w²I, r)/r,
@@ -753,8 +763,9 @@ def pivot_regression(released: np.ndarray, *, sigma: float, scaling: Scaling, la
 
 
 #: The interval of an Analyze Gauss regression without a ridge, noise only (:mod:`.pivot`), and what it was measured at.
-PIVOT_METHOD = PIVOT_BASE + ("; measured (docs/accuracy.md): the worst term 0.90 or more in every cell of 13 real "
-                             "tables, also over the releases of each cell taken alone")
+PIVOT_METHOD = PIVOT_BASE + ("; measured (docs/accuracy.md): on 13 real tables (eps 0.3, 1 and 4, rows per unit 1 and "
+                             "4) the worst term held the truth in 92 % of the releases or more in every cell; 0.94-0.96 "
+                             "at 1,000 releases per cell on a near-collinear table")
 
 #: Said of the bootstrap interval that replaces the pivot's where the pivot's set is unbounded.
 PIVOT_UNBOUNDED = ("; the exact pivot's interval (Fieller's) is unbounded for at least one coefficient of this release: "
