@@ -164,6 +164,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--families", default="sketch,pca,tensor")
+    ap.add_argument("--mechanisms", default=None,
+                    help="','-separated: measure only these mechanisms' cells (sketch and PCA; e.g. jl_ridge)")
     ap.add_argument("--raw", default=None, help="append each measured cell to this JSON-lines file")
     ap.add_argument("--resume", action="store_true", help="skip the cells already in --raw")
     ap.add_argument("--from-raw", default=None, help="','-separated raw files: build the tables, run nothing")
@@ -179,6 +181,8 @@ def main() -> None:
         fams = set(args.families.split(","))
         for family, key in grid():
             if family not in fams or (family, key) in done:
+                continue
+            if args.mechanisms and not (family in ("sketch", "pca") and key[1] in args.mechanisms.split(",")):
                 continue
             r = measure(family, key, args.reps)
             rows.append(r)
