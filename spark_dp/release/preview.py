@@ -894,7 +894,25 @@ def _sketch(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
                                                  "release's false_positive_rate_bound includes collisions)"}
     if params.get("heavy_hitters", {}).get("levels"):
         out["note"] = "every level of the dyadic stack has the same per-counter noise"
+    out["estimate_intervals"] = _sketch_estimate_intervals(mechanism, request, k, b, level)
     return out
+
+
+def _sketch_estimate_intervals(mechanism: str, request: Mapping[str, Any], k: int, b, level: float) -> dict[str, Any]:
+    """What the release's estimate intervals will be: refused (kind none, with the reason) or not, data-free."""
+    from spark_dp.sketch.uncertainty import planned_refusal
+
+    if mechanism == "histogram":
+        return {"kind": "interval", "covers": "noise", "refused": False, "reason": None}
+    weight = request.get("weight")
+    bounds = (request.get("bounds") or {}).get(weight) if weight is not None else None
+    nonnegative = weight is None or (bounds is not None and float(bounds[0]) >= 0.0)
+    if b is None:
+        return {"kind": None, "refused": None, "reason": "the number of buckets is not known before the release"}
+    reason = planned_refusal(mechanism, k, int(b), level, nonnegative)
+    return {"kind": "none" if reason else "bound", "covers": "noise+collisions", "refused": reason is not None,
+            "reason": reason, "method": ("the refusal rules of spark_dp.sketch.uncertainty.refusal, which depend on "
+                                         "the mechanism, k, b, the level and the weights' sign only")}
 
 
 def _tensor(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
