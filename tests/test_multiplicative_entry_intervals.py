@@ -126,3 +126,22 @@ def test_method_names_the_pivot_and_covers_noise():
     assert u.kind == "interval" and u.covers == "noise"
     assert "chi-square" in u.method and "studentized pivot" in u.method and "ridge" in u.method
     assert "normal approximation" not in u.method
+
+
+@pytest.mark.parametrize("mechanism", ["jl_ridge", "inverse_wishart"])
+def test_dry_run_predicts_the_diagonal_interval_as_factors_of_the_release(mechanism):
+    """The diagonal pivot is scale-free: the dry run states the release's own diagonal interval as factors."""
+    from spark_dp.release.preview import predict_accuracy
+
+    d = 3
+    plan = plan_mechanism(mechanism, d=d, epsilon=1.0, delta=1e-6, norm_bound=1.0)
+    got = predict_accuracy("second_moment", mechanism, {"dimension": d, "norm_bound": 1.0, "params": plan.params},
+                           plan.privacy)
+    f = got["relative_interval_diagonal"]
+    assert got["predicted"] is False and f["kind"] == "interval" and 0 < f["low_factor"] < 1 < f["high_factor"]
+    gram = np.diag([50.0, 40.0, 30.0])
+    released = plan.noise(gram, FakeChokepoint.seeded(1))
+    u = matrix_uncertainty(plan.mechanism, plan.privacy, plan.params, released, 1.0, LEVEL)
+    kept = np.diag(released)  # postprocess none: the release keeps the ridge, the interval covers A^T A + w^2 I
+    assert np.allclose(np.diag(u.low), f["low_factor"] * kept) and np.allclose(np.diag(u.high),
+                                                                             f["high_factor"] * kept)
