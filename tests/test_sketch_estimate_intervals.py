@@ -201,3 +201,29 @@ def test_merged_laplace_counter_interval_is_the_exact_quantile_not_a_gaussian():
     assert z99 < q99  # the Gaussian with the merged variance would state a too-narrow 99 % interval
     draws = law.rvs(np.random.default_rng(3), 400_000)
     assert np.mean(np.abs(draws) <= z99) < 0.99 - 0.001 and np.mean(np.abs(draws) <= q99) >= 0.99 - 0.001
+
+
+# -- CountSketch: a signed collision is symmetric ---------------------------------------------------------------
+def test_countsketch_collision_tail_uses_the_sign_symmetry_and_holds():
+    """C = s(x)·Σ s(y) f_y over the items hashed with x: symmetric, so P(C > t) ≤ F₂/(2bt²) — below Cantelli's
+    F₂/b / (F₂/b + t²) in the tails (the bound 20-24 % narrower at 5 x 1,024 on real tables, still conservative),
+    checked against the simulated collision law and on releases."""
+    from spark_dp.sketch.uncertainty import CollisionMass, _cantelli, _row_collision_tail
+
+    x = _frequencies()
+    f2, b = float(np.sum(x * x)), 64
+    mass = CollisionMass(True, 1, b, None, f2, 0.005)
+    rng = np.random.default_rng(4)
+    reps = 3000
+    others = x[1:]
+    h = rng.integers(0, b, size=(reps, others.size)) == 0  # the items that share item 0's bucket
+    signs = rng.choice([-1.0, 1.0], size=(reps, others.size))
+    c = np.sum(h * signs * others, axis=1) * rng.choice([-1.0, 1.0], size=reps)
+    sd = np.sqrt(f2 / b)
+    t = np.array([1.0, 2.0, 3.0, 5.0]) * sd
+    bound = _row_collision_tail(mass, t, True)
+    assert np.all(bound[1:] < _cantelli(t[1:], f2 / b))  # tighter beyond one sd
+    assert np.all(np.mean(c[:, None] > t[None, :], axis=0) <= bound + 0.01)
+    rel = _release("private_count_sketch", x, SEEDS, noise_seed=3)
+    low, high = rel.interval("estimates", items=list(range(x.size)))
+    assert np.mean((low <= x) & (x <= high)) >= 0.95

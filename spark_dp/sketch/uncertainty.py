@@ -344,11 +344,27 @@ def collision_rate(table: np.ndarray, *, signed: bool, family: str, scale: float
     return CollisionMass(signed, k, b, max(n_up, 0.0), m_up, alpha)
 
 
+def _symmetric_tail(t, var):
+    """≥ P(X > t) for X symmetric about 0 with Var X ≤ var: min(Cantelli, Chebyshev halved by the symmetry).
+
+    P(X > t) = ½·P(|X| > t) ≤ var/(2t²) (t > 0), below Cantelli's var/(var + t²) once t² > var.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        half = np.where(t > 0, var / (2.0 * t * t), 1.0)
+    return np.minimum(np.minimum(_cantelli(t, var), half), 1.0)
+
+
 def _row_collision_tail(mass: CollisionMass, t: np.ndarray, upper: bool) -> np.ndarray:
-    """≥ P(C_i > t) (upper) or P(C_i < −t) for one repetition's collision C_i (t ≥ 0)."""
+    """≥ P(C_i > t) (upper) or P(C_i < −t) for one repetition's collision C_i (t ≥ 0).
+
+    Signed (CountSketch): C_i = s_i(x)·Σ_{y ≠ x, h_i(y) = h_i(x)} s_i(y)·f_y with the item's own random sign
+    s_i(x) = ±1 independent of the rest (the random-hash model the mean and variance bounds already use), so C_i
+    is symmetric about 0 and :func:`_symmetric_tail` applies.
+    """
     var = mass.f2 / mass.buckets
     if mass.signed:
-        return np.minimum(_cantelli(t, var), 1.0)
+        return _symmetric_tail(t, var)
     if not upper:
         return np.where(t > 0, 0.0, 1.0)  # C_i ≥ 0
     mean = mass.total / mass.buckets
@@ -363,8 +379,8 @@ def _mean_collision_tail(mass: CollisionMass, t: np.ndarray, upper: bool, estima
     var = mass.f2 / (b * k)
     if estimator == "debiased_mean":  # A = b/(b − 1)·(mean C − (N − x)/b): centred
         return np.minimum(_cantelli(t, var * (b / (b - 1.0)) ** 2), 1.0)
-    if mass.signed:
-        return np.minimum(_cantelli(t, var), 1.0)
+    if mass.signed:  # a mean of independent symmetric C_i is symmetric
+        return _symmetric_tail(t, var)
     if not upper:
         return np.where(t > 0, 0.0, 1.0)
     mean = mass.total / b
