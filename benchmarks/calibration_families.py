@@ -41,6 +41,7 @@ PCA_TABLES = ("weather", "diamonds", "fair", "wage", "cps1988", "synthetic")
 PCA_MECHANISMS = ("analyze_gauss", "wishart", "jl_ridge", "inverse_wishart")
 TENSOR_TABLES = ("weather", "diamonds", "fair", "wage", "cps1988", "synthetic")
 UNIT_TABLES = ("weather", "fair")
+MERGED_PARTS = (3, 7)  # merges of Count-Min (Laplace) sketches of equal epsilon: the noise is a sum of Laplaces
 
 
 def grid():
@@ -50,6 +51,13 @@ def grid():
                 for k, b in SIZES:
                     for m in ((1, 4) if name == "baseball_team" else (1,)):
                         yield "sketch", (name, mech, eps, m, k, b)
+    for name in SKETCH_TABLES:
+        if name == "baseball_team":
+            continue
+        for eps in EPSILONS:
+            for k, b in SIZES:
+                for parts in MERGED_PARTS:
+                    yield "merged", (name, "count_min", eps, parts, k, b)
     for name in PCA_TABLES:
         for mech in PCA_MECHANISMS:
             for eps in EPSILONS:
@@ -70,6 +78,9 @@ def measure(family: str, key: tuple, reps: int) -> dict:
     if family == "sketch":
         name, mech, eps, m, k, b = key
         r = sketch_cell(name, mech, epsilon=eps, m=m, k=k, buckets=b, reps=reps)
+    elif family == "merged":
+        name, mech, eps, parts, k, b = key
+        r = sketch_cell(name, mech, epsilon=eps, k=k, buckets=b, reps=reps, parts=parts)
     elif family == "pca":
         name, mech, eps, *m = key
         r = _pca(name, mech, eps, reps if mech != "inverse_wishart" else max(reps // 2, 1), m[0] if m else 1)
@@ -117,6 +128,7 @@ def tables(rows: list[dict]) -> str:
     sk = [r for r in rows if r["family"] == "sketch"]
     pca = [r for r in rows if r["family"] == "pca"]
     ten = [r for r in rows if r["family"] == "tensor"]
+    mrg = [r for r in rows if r["family"] == "merged"]
     out = ["**Sketches** (k × b; coverage of all present items and of the heaviest 1 % (≥ 20); the false-positive "
            "rate measured on 2,000 items absent from the data at the default threshold 3σ):", "",
            "| table (items) | mechanism | ε | m | k × b | noise-only: coverage (heavy) | noise-only width | "
@@ -129,6 +141,16 @@ def tables(rows: list[dict]) -> str:
                    f"{_flag(r['coverage'])} ({_f(r['coverage_heavy'])}) | bound | {r['refused']:.2f} | "
                    f"{_f(r['width'], '.3g')} | {_f(r['false_positive_claim'], '.2g')} | "
                    f"{_f(r['false_positive_rate'], '.3g')} | {_f(r['false_positive_bound'], '.2g')} |")
+    if mrg:
+        out += ["", "**Merged Count-Min sketches** (parts of equal ε, their noise a sum of Laplaces; coverage of all "
+                "present items and of the heaviest 1 %, the bound reading the merged noise's law):", "",
+                "| table (items) | ε (each part) | parts | k × b | coverage (heavy) | kind | refused | median width | "
+                "FP measured | FP bound (median) |", "|" + "---|" * 10]
+        for r in mrg:
+            out.append(f"| {r['table']} ({r['items']:,}) | {r['epsilon']:g} | {r['parts']} | {r['k']} × {r['buckets']} "
+                       f"| {_flag(r['coverage'])} ({_f(r['coverage_heavy'])}) | bound | {r['refused']:.2f} | "
+                       f"{_f(r['width'], '.3g')} | {_f(r['false_positive_rate'], '.3g')} | "
+                       f"{_f(r['false_positive_bound'], '.2g')} |")
     out += ["", "**PCA** (share of upper-triangle second-moment entries whose interval holds; share of releases in "
             "which every eigenvalue / eigenvector / top-2 subspace bound holds):", "",
             "| table | mechanism | ε | m | releases | matrix entries | worst entry | kind | median width (data units) | "
@@ -163,7 +185,9 @@ def read_raw(paths: list[str]) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=100)
-    ap.add_argument("--families", default="sketch,pca,tensor")
+    ap.add_argument("--families", default="sketch,pca,tensor", help="','-separated: sketch, merged, pca, tensor")
+    ap.add_argument("--mechanisms", default=None,
+                    help="','-separated: measure only these mechanisms' cells (sketch and PCA; e.g. jl_ridge)")
     ap.add_argument("--raw", default=None, help="append each measured cell to this JSON-lines file")
     ap.add_argument("--resume", action="store_true", help="skip the cells already in --raw")
     ap.add_argument("--from-raw", default=None, help="','-separated raw files: build the tables, run nothing")
@@ -179,6 +203,9 @@ def main() -> None:
         fams = set(args.families.split(","))
         for family, key in grid():
             if family not in fams or (family, key) in done:
+                continue
+            if args.mechanisms and not (family in ("sketch", "merged", "pca")
+                                        and key[1] in args.mechanisms.split(",")):
                 continue
             r = measure(family, key, args.reps)
             rows.append(r)

@@ -110,8 +110,15 @@ class _Chokepoint(FakeChokepoint):
 
 def sketch_cell(name: str, mechanism: str, *, epsilon: float, m: int = 1, k: int = 5, buckets: int = 1024,
                 reps: int = 100, level: float = 0.95, absent: int = 2000, seed: int = 0,
-                estimator: str | None = None) -> dict:
+                estimator: str | None = None, parts: int = 1) -> dict:
     """Coverage of the estimates' intervals (noise-only and collision-aware) and the false-positive claim.
+
+    ``parts`` > 1: the release is a merge of that many sketches of equal ε
+    with the same seeds (:func:`spark_dp.sketch.merge.merge_sketches`): the
+    data split over the parts adds up to the whole table, and every part adds
+    its own noise, so the merged counters carry the sum of ``parts`` noises
+    (for Laplace a :class:`~spark_dp.sketch.laplace_sum.LaplaceSum`; for
+    Gaussian σ√parts), read as the merged release reads it.
 
     Per release: fresh hash seeds, the exact table of the counted frequencies, the mechanism's noise, every present
     item's estimate and ``absent`` items that are not in the data (the false-positive measurement at the release's
@@ -134,9 +141,16 @@ def sketch_cell(name: str, mechanism: str, *, epsilon: float, m: int = 1, k: int
     heavy = np.argsort(-x)[: max(20, x.size // 100)]
     fake = np.arange(absent, dtype=np.int64) + int(ids.max()) + 1_000_000  # never in the data
     queried = np.concatenate([ids, fake])
-    lo0, hi0, _ = estimate_noise(est_name, plan.noise, plan.scale, k, level, buckets)
-    threshold = 3.0 * plan.counter_std
-    fp_claim = false_positive_rate(est_name, plan.noise, plan.scale, k, threshold, buckets)
+    family, scale = plan.noise, plan.scale
+    if parts > 1 and family == "laplace":
+        from spark_dp.sketch.laplace_sum import LaplaceSum
+
+        family, scale = LaplaceSum.of([plan.scale] * parts)
+    elif parts > 1:
+        scale = plan.scale * math.sqrt(parts)
+    lo0, hi0, _ = estimate_noise(est_name, family, scale, k, level, buckets)
+    threshold = 3.0 * plan.counter_std * math.sqrt(parts)
+    fp_claim = false_positive_rate(est_name, family, scale, k, threshold, buckets)
     rng = np.random.default_rng(seed)
     old = new = old_h = new_h = passes = refused = 0
     widths, fp_bounds = [], []
@@ -148,6 +162,8 @@ def sketch_cell(name: str, mechanism: str, *, epsilon: float, m: int = 1, k: int
         for i in range(k):
             np.add.at(table[i], h[i, :n], x * (s[i, :n] if signed else 1.0))
         noisy = release_table(plan, table, _Chokepoint.seeded(seed * 100_003 + r))
+        for p in range(1, parts):  # the other parts' noise (their data is already in the table: it adds up)
+            noisy = noisy + release_table(plan, np.zeros_like(table), _Chokepoint.seeded(seed * 100_003 + r + p * 7919))
         est = combine(simple_estimates(noisy, h, s if signed else None), est_name, buckets=buckets,
                       total=table_total(noisy))
         e, fe = est[:n], est[n:]
@@ -155,21 +171,22 @@ def sketch_cell(name: str, mechanism: str, *, epsilon: float, m: int = 1, k: int
         old += int(ok0.sum())
         old_h += int(ok0[heavy].sum())
         passes += int(np.sum(fe >= threshold))
-        mass = release_collision_mass(noisy, mechanism, plan.noise, plan.scale, level, True)
+        mass = release_collision_mass(noisy, mechanism, family, scale, level, True)
         if mass.reason is not None:
             refused += 1
             continue
-        qlo, qhi = collision_quantiles(est_name, plan.noise, plan.scale, mass, level)
+        qlo, qhi = collision_quantiles(est_name, family, scale, mass, level)
         ok = (e - qhi <= x) & (x <= e - qlo)
         new += int(ok.sum())
         new_h += int(ok[heavy].sum())
         widths.append(qhi - qlo)
-        fp_bounds.append(false_positive_rate_bound(est_name, plan.noise, plan.scale, mass, threshold))
+        fp_bounds.append(false_positive_rate_bound(est_name, family, scale, mass, threshold))
     n_items = ids.size
     stated = reps - refused
     return {"table": name, "mechanism": mechanism, "estimator": est_name, "epsilon": epsilon, "m": m, "k": k,
+            "parts": parts,
             "buckets": buckets, "reps": reps, "items": int(n_items), "rows": float(x.sum()),
-            "noise_scale": plan.scale, "noise_only_coverage": old / (reps * n_items),
+            "noise_scale": scale, "noise_only_coverage": old / (reps * n_items),
             "noise_only_coverage_heavy": old_h / (reps * heavy.size), "noise_only_width": hi0 - lo0,
             "coverage": new / (stated * n_items) if stated else math.nan,
             "coverage_heavy": new_h / (stated * heavy.size) if stated else math.nan,

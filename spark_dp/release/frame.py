@@ -19,7 +19,9 @@ shapes), so releases of every version get them:
 For count_sketch releases two tables that are not arrays:
 ``to_pandas("heavy_hitters")`` (the items stored at release, with the
 noise interval of each estimate) and ``to_pandas("estimates", items=[...])``
-(the estimate of any items). Both are post-processing of the released
+(the estimate of any items, with a ``reason`` for those without an
+interval; ``Release.interval("estimates", items=[...])`` gives the same
+ends). Both are post-processing of the released
 values and public parameters: no budget.
 """
 
@@ -138,10 +140,11 @@ def _extra_names(release: Release) -> str:
 
 
 def estimates_frame(release: Release, items: Sequence[Any]) -> pd.DataFrame:
-    """``item``, ``value`` (the estimate), ``stderr``, ``low``, ``high`` of a count_sketch release.
+    """``item``, ``value`` (the estimate), ``stderr``, ``low``, ``high``, ``reason`` of a count_sketch release.
 
     ``low``/``high``: noise and hash collisions together (a bound, no stderr) for hashed sketches, the exact noise
-    interval for a histogram; NaN where refused. ``frame.attrs``: ``kind``, ``covers`` and ``note`` (the method, or
+    interval for a histogram; NaN where refused, ``reason`` saying why (None where there is an interval).
+    ``frame.attrs``: ``kind``, ``covers`` and ``note`` (the method, or
     why the interval was refused). Post-processing of the release (spark_dp.sketch.uncertainty.estimate_bounds).
     """
     import pandas as pd
@@ -155,7 +158,8 @@ def estimates_frame(release: Release, items: Sequence[Any]) -> pd.DataFrame:
     got = estimate_bounds(release, items)
     est = np.asarray(got.estimates, dtype=np.float64)
     frame = pd.DataFrame({"item": list(items), "value": est, "stderr": np.asarray(got.stderr, dtype=np.float64),
-                          "low": np.asarray(got.low, dtype=np.float64), "high": np.asarray(got.high, dtype=np.float64)})
+                          "low": np.asarray(got.low, dtype=np.float64), "high": np.asarray(got.high, dtype=np.float64),
+                          "reason": list(got.reasons) if got.reasons else [None] * len(items)})
     frame.attrs.update(kind=got.kind, covers=got.covers, note=got.method)
     return frame
 

@@ -512,6 +512,37 @@ def _relative_noise(mechanism: str, privacy: Mapping[str, Any]) -> dict[str, Any
             "method": f"Wishart law of the release around S ({what} = {rows}); removed by postprocess 'shift'"}
 
 
+def _relative_entry_interval(mechanism: str, request: Mapping[str, Any], privacy: Mapping[str, Any],
+                             level: float) -> dict[str, Any]:
+    """JL / inverse-Wishart: the release's own diagonal interval as factors of the released S_ii (data-free).
+
+    The diagonal pivot is exact and scale-free (r·S_ii/Σ_ii ~ χ²_r, resp.
+    (m−d−1)·Σ_ii/S_ii ~ χ²_{m−d+1}; :func:`multiplicative_entry_interval`),
+    so the interval of Σ_ii = (AᵀA)_ii + w² is [f_lo·S_ii, f_hi·S_ii] with
+    S_ii the released diagonal with the ridge kept; the off-diagonal
+    entries' intervals depend on the released correlation and are not
+    predicted.
+    """
+    from scipy import stats
+
+    a = (1.0 - level) / 2.0
+    if mechanism == "jl_ridge":
+        r = int(privacy["projection_rows"])
+        q_lo, q_hi = stats.chi2.ppf([a, 1.0 - a], r)
+        lo, hi, law = r / q_hi, r / q_lo, f"r S_ii / Sigma_ii ~ chi2_{r}"
+    else:
+        m, d = int(privacy["dof"]), int(request["dimension"])
+        q_lo, q_hi = stats.chi2.ppf([a, 1.0 - a], m - d + 1)
+        lo, hi, law = q_lo / (m - d - 1), q_hi / (m - d - 1), f"(m-d-1) Sigma_ii / S_ii ~ chi2_{m - d + 1}"
+    return {"relative_interval_diagonal": {
+        "low_factor": float(lo), "high_factor": float(hi), "kind": "interval",
+        "method": (f"exact pivot {law}: the release's own interval of the diagonal A^T A_ii + w^2 is "
+                   "[low_factor, high_factor] times the released diagonal with the ridge kept (add the ridge back after "
+                   "postprocess 'shift'); subtract the ridge for A^T A_ii (w^2, or w^2 (T T^T)_ii in the data's "
+                   "units with bounds). Off-diagonal intervals depend on the "
+                   "released correlation (a simulated pivot) and are not predicted")}}
+
+
 #: What the regression's predicted coefficient noise is: a floor under the most favourable design, not a forecast.
 BEST_CASE_WARNING = (
     "best case: the prediction assumes the most favourable design for the norm bound (every row at the norm bound, "
@@ -599,7 +630,8 @@ def _regression_size(request: Mapping[str, Any]) -> int:
 def _second_moment(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
     e = _entry_half_widths(mechanism, request, privacy, level)
     if e is None:
-        return {"what": "entries of the d x d matrix", **_relative_noise(mechanism, privacy)}
+        return {"what": "entries of the d x d matrix", **_relative_noise(mechanism, privacy),
+                **_relative_entry_interval(mechanism, request, privacy, level)}
     out = {"what": "entries of the d x d matrix", "predicted": True, "method": e["method"], "kind": e["kind"],
            "per_entry": {k: e[k] for k in ("half_width", "stderr", "half_width_diagonal", "stderr_diagonal")},
            "noise_spectral_norm_bound": e["noise_spectral_norm_bound"]}
@@ -878,7 +910,25 @@ def _sketch(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:
                                                  "release's false_positive_rate_bound includes collisions)"}
     if params.get("heavy_hitters", {}).get("levels"):
         out["note"] = "every level of the dyadic stack has the same per-counter noise"
+    out["estimate_intervals"] = _sketch_estimate_intervals(mechanism, request, k, b, level)
     return out
+
+
+def _sketch_estimate_intervals(mechanism: str, request: Mapping[str, Any], k: int, b, level: float) -> dict[str, Any]:
+    """What the release's estimate intervals will be: refused (kind none, with the reason) or not, data-free."""
+    from spark_dp.sketch.uncertainty import planned_refusal
+
+    if mechanism == "histogram":
+        return {"kind": "interval", "covers": "noise", "refused": False, "reason": None}
+    weight = request.get("weight")
+    bounds = (request.get("bounds") or {}).get(weight) if weight is not None else None
+    nonnegative = weight is None or (bounds is not None and float(bounds[0]) >= 0.0)
+    if b is None:
+        return {"kind": None, "refused": None, "reason": "the number of buckets is not known before the release"}
+    reason = planned_refusal(mechanism, k, int(b), level, nonnegative)
+    return {"kind": "none" if reason else "bound", "covers": "noise+collisions", "refused": reason is not None,
+            "reason": reason, "method": ("the refusal rules of spark_dp.sketch.uncertainty.refusal, which depend on "
+                                         "the mechanism, k, b, the level and the weights' sign only")}
 
 
 def _tensor(mechanism, request, privacy, manifest, n, level) -> dict[str, Any]:

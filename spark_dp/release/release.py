@@ -73,6 +73,7 @@ MANIFEST = "manifest.json"
 MANIFEST_SCHEMA_VERSION = 2
 _INDEX_NAMES = ("i", "j", "k", "l", "m", "n")
 UNCERTAINTY_COLUMNS = ("stderr", "low", "high")
+ESTIMATES = "estimates"  # count_sketch: interval("estimates", items=[...]), the named items' frequency estimates
 
 
 class NoUncertaintyError(KeyError):
@@ -105,8 +106,18 @@ class Release:
         block = self.manifest.get("uncertainty")
         return None if not block else float(block["level"])
 
-    def uncertainty_of(self, name: str) -> Uncertainty:
-        """The :class:`Uncertainty` of array ``name``; NoUncertaintyError (a KeyError) naming it if it has none."""
+    def uncertainty_of(self, name: str, items: Any = None) -> Uncertainty:
+        """The :class:`Uncertainty` of array ``name``; NoUncertaintyError (a KeyError) naming it if it has none.
+
+        count_sketch releases: ``uncertainty_of("estimates", items=[...])`` is
+        that of the named items' frequency estimates (post-processing of the
+        released table, :func:`spark_dp.sketch.uncertainty.estimate_bounds`):
+        a ``bound`` covering noise and hash collisions for hashed sketches,
+        an exact ``interval`` for a histogram, ``none`` (NaN, the reason in
+        ``method``) where the release refuses it.
+        """
+        if self._asks_estimates(name, items):
+            return self._estimates(name, items)[0]
         if name not in self.arrays:
             raise NoUncertaintyError(f"Release {self.release_id!r} has no array {name!r}; "
                                      f"its arrays are {sorted(self.arrays)}.")
@@ -118,25 +129,66 @@ class Release:
                    "or by a mechanism without them)."))
         return self.uncertainty[name]
 
-    def interval(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+    def interval(self, name: str, items: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) of array ``name`` at the release's level (``confidence``); see :meth:`uncertainty_of`.
 
-        NoUncertaintyError with the reason when the release refused its interval (kind ``none``).
+        NoUncertaintyError with the reason when the release refused its interval (kind ``none``); for
+        ``interval("estimates", items=[...])`` also when some of the items have none (each named with its reason).
         """
-        u = self._stated(name)
+        u = self._stated(name, items)
         return u.low, u.high
 
-    def _stated(self, name: str) -> Uncertainty:
+    def _asks_estimates(self, name: str, items: Any) -> bool:
+        return items is not None or (name == ESTIMATES and name not in self.arrays
+                                     and self.manifest.get("task") == "count_sketch")
+
+    def _estimates(self, name: str, items: Any) -> tuple[Uncertainty, dict[int, str], list]:
+        """The named items' estimate uncertainty, the refused positions with their reasons, and the items."""
+        from spark_dp.errors import ConfigError
+
+        if self.manifest.get("task") != "count_sketch" or name != ESTIMATES:
+            raise ConfigError(f"The 'items' parameter applies to 'estimates' of a count_sketch release only. Got "
+                              f"name {name!r} for release {self.release_id!r} (task {self.manifest.get('task')!r}).")
+        if items is None or isinstance(items, str | bytes):
+            raise ConfigError(f"The 'items' parameter of {name!r} must be a list of items to estimate. Got "
+                              f"{items!r} instead.")
+        from spark_dp.sketch.estimate import SketchView, coerce_items
+        from spark_dp.sketch.uncertainty import estimate_bounds
+
+        items = coerce_items(list(items), SketchView.of(self).kind)
+        got = estimate_bounds(self, items)
+        covers = "noise" if got.covers == "noise" else "noise+collisions"
+        u = Uncertainty(got.low, got.high, None if got.kind == "bound" else got.stderr, got.method, kind=got.kind,
+                        covers=covers)
+        return u, got.refused(), items
+
+    def _stated(self, name: str, items: Any = None) -> Uncertainty:
+        if self._asks_estimates(name, items):
+            u, refused, items = self._estimates(name, items)
+            if u.kind == "none":
+                raise NoUncertaintyError(f"The estimates of release {self.release_id!r} have no interval: {u.method}")
+            if refused:
+                said = "; ".join(f"{items[i]!r}: {why}" for i, why in refused.items())
+                raise NoUncertaintyError(f"{len(refused)} of the {len(items)} item(s) have no interval in release "
+                                         f"{self.release_id!r} ({said}); to_pandas('estimates', items=...) gives "
+                                         "the others, NaN for these")
+            return u
         u = self.uncertainty_of(name)
         if u.kind == "none":
             raise NoUncertaintyError(f"Array {name!r} of release {self.release_id!r} has no interval: {u.method}")
         return u
 
-    def stderr(self, name: str) -> np.ndarray:
-        """The standard error of each entry of array ``name``; NoUncertaintyError if it has none (or a bound)."""
-        u = self._stated(name)
+    def stderr(self, name: str, items: Any = None) -> np.ndarray:
+        """The standard error of each entry of array ``name``; NoUncertaintyError if it has none (or a bound).
+
+        ``stderr("estimates", items=[...])`` for a count_sketch release: a histogram's estimates have one (exact
+        noise); a hashed sketch's bound (noise and collisions) has none.
+        """
+        u = self._stated(name, items)
         if u.stderr is None:
-            raise NoUncertaintyError(f"Array {name!r} of release {self.release_id!r} has a bound ({u.method}), "
+            what = f"Array {name!r} of release {self.release_id!r} has" if name != ESTIMATES else \
+                f"The estimates of release {self.release_id!r} have"
+            raise NoUncertaintyError(f"{what} a bound ({u.method}), "
                                      "not a standard error; use interval().")
         return u.stderr
 

@@ -11,7 +11,9 @@ Two kinds (``kind``):
 ``interval``
     claims nominal coverage: the true (noise-free) value lies in
     ``[low, high]`` with probability ``level`` over the mechanism's noise
-    (``covers="noise"``) or over noise and sampling (``"noise+sampling"``).
+    (``covers="noise"``) or over noise and sampling (``"noise+sampling"``);
+    a hashed sketch's frequency estimates cover noise and hash collisions
+    (``"noise+collisions"``).
 ``bound``
     a worst-case bound that holds with probability at least ``level`` (e.g.
     Weyl's inequality with a high-probability bound on the noise's spectral
@@ -37,7 +39,7 @@ import numpy as np
 
 DEFAULT_CONFIDENCE = 0.95
 KINDS = ("interval", "bound", "none")
-COVERS = ("noise", "noise+sampling")
+COVERS = ("noise", "noise+sampling", "noise+collisions")  # the last: a sketch's frequency estimates
 
 
 @dataclass(frozen=True)

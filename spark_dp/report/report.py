@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from spark_dp.errors import SparkDPError
 from spark_dp.release import Release, load_release, storage
 from spark_dp.release.release import noise_of
 
@@ -213,6 +214,24 @@ def _components(release: Release, ax, sections: list[str], title: str) -> None:
                     + ", ".join(f"{v:.4g}" for v in vals) + ".")
 
 
+def _heavy_hitter_table(release: Release, hh: list[dict]) -> str:
+    """The stored heavy hitters with their estimates' intervals (noise and collisions), or why there are none."""
+    plain = "| item | estimate |\n|---|---|\n" + "\n".join(f"| {r['item']} | {r['estimate']:.4g} |" for r in hh)
+    if "items_are" in (release.manifest.get("heavy_hitters") or {}):
+        return plain  # hashed ids: no item to estimate
+    try:
+        frame = release.to_pandas("estimates", items=[r["item"] for r in hh])
+    except (SparkDPError, KeyError, ValueError) as exc:  # a report never fails on its error bars: say why
+        return plain + f"\n\nNo intervals for the heavy hitters' estimates: {exc}"
+    rows = ["| item | estimate | low | high | no interval because |", "|---|---|---|---|---|"]
+    for r, (_, e) in zip(hh, frame.iterrows(), strict=True):
+        ok = e["reason"] is None
+        rows.append(f"| {r['item']} | {r['estimate']:.4g} | {_fmt(float(e['low'])) if ok else ''} | "
+                    f"{_fmt(float(e['high'])) if ok else ''} | {'' if ok else e['reason']} |")
+    return (f"Intervals ({frame.attrs['kind']}, covers {frame.attrs['covers']}) of each item's estimate from the "
+            "released table, at the release's level:\n\n" + "\n".join(rows))
+
+
 def _sketch(release: Release, axes, sections: list[str]) -> None:
     from spark_dp.sketch.uncertainty import counter_noise
 
@@ -253,8 +272,7 @@ def _sketch(release: Release, axes, sections: list[str]) -> None:
                 capsize=3, color="C2")
         ax.set_yticks(range(len(hh))[::-1], [str(r["item"]) for r in hh])
         ax.set_title("Heavy hitters" + (" ± 2 sd of the noise" if sd_est is not None else ""))
-        sections.append("| item | estimate |\n|---|---|\n"
-                        + "\n".join(f"| {r['item']} | {r['estimate']:.4g} |" for r in hh))
+        sections.append(_heavy_hitter_table(release, hh))
     else:
         ax.axis("off")
         ax.text(0.5, 0.5, "no heavy hitters in the manifest\n(spark-dp heavy-hitters --candidates …)",

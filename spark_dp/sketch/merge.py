@@ -35,6 +35,12 @@ release, so the merged list cannot be recomputed here. The merged
 noise when the parts used the 3 σ default), ``items`` is None and a note
 says to run :func:`~spark_dp.sketch.estimate.heavy_hitters` on the merged
 release with public candidates.
+
+Error bars of the merged release are read again for the merged table and
+noise (:func:`_merged_uncertainty`): Gaussian parts σ = √Σσᵢ²; Laplace parts
+a sum of Laplaces, whose law :mod:`spark_dp.sketch.laplace_sum` gives in
+closed form (equal scales; bounds for unequal ones) — a Gaussian or a single
+Laplace would not hold.
 """
 
 from __future__ import annotations
@@ -145,8 +151,8 @@ def merge_sketches(
         "schema_version": MANIFEST_SCHEMA_VERSION, "release_id": rid, "dataset_id": first["dataset_id"],
         "task": "count_sketch", "mechanism": first["mechanism"], "columns": first.get("columns"),
         "params": first.get("params"), "policies": first.get("policies"),
-        # a part's estimate intervals and false-positive bound were read from its own table: estimate_bounds reads
-        # the merged table again (post-processing)
+        # a part's estimate intervals and false-positive bound were read from its own table: read again from the
+        # merged table and noise below (_merged_uncertainty; post-processing)
         "sketch": {k: v for k, v in first["sketch"].items() if k != "estimate_intervals"},
         "heavy_hitters": heavy, "merged_from": [p.release_id for p in parts], "source": _merged_source(parts),
         "privacy": privacy, "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -154,10 +160,59 @@ def merge_sketches(
     }
     for key in ("false_positive_rate_bound", "false_positive_rate_bound_meaning"):
         (heavy or {}).pop(key, None)
-    release = Release(release_id=rid, arrays=arrays, manifest=manifest)
+    unc = _merged_uncertainty(parts, arrays, manifest)
+    release = Release(release_id=rid, arrays=arrays, manifest=manifest, uncertainty=unc)
     if output is not None:
         write_release(release, output)
     return release
+
+
+def _merged_uncertainty(parts: list[Release], arrays: dict[str, np.ndarray], manifest: dict) -> dict:
+    """The merged counters' intervals, the estimates' (``sketch.estimate_intervals``) and the threshold's
+    false-positive rates, all read again for the merged noise and table (post-processing, no budget).
+
+    The merged noise is Gaussian with σ = √Σσᵢ², or for Laplace parts a sum
+    of Laplaces (:class:`~spark_dp.sketch.laplace_sum.LaplaceSum`: its exact
+    law for equal scales, bounds otherwise) — never the Gaussian or
+    single-Laplace law of one part. Adds ``uncertainty`` to ``manifest``
+    and returns the arrays' :class:`Uncertainty`.
+    """
+    from spark_dp.release.uncertainty import DEFAULT_CONFIDENCE, manifest_block
+    from spark_dp.sketch.uncertainty import (
+        _nonnegative_weights,
+        counter_noise,
+        counter_uncertainty,
+        estimate_interval_info,
+        false_positive_rate,
+        false_positive_rate_bound,
+    )
+
+    family, scale = counter_noise(manifest)
+    if family is None or scale is None:
+        return {}
+    first = parts[0].manifest
+    level = float((first.get("uncertainty") or {}).get("level", DEFAULT_CONFIDENCE))
+    unc = {name: counter_uncertainty(arrays[name], family, float(scale), level)
+           for name in ("sketch", "dyadic_sketch", "histogram") if name in arrays}
+    manifest["uncertainty"] = manifest_block(unc, level)
+    estimator = manifest["sketch"].get("estimator")
+    if "sketch" not in arrays or estimator is None:
+        return unc
+    k, b = (int(x) for x in np.shape(arrays["sketch"])[-2:])
+    info, mass = estimate_interval_info(arrays["sketch"], manifest["mechanism"], estimator, family, float(scale),
+                                        level, nonnegative=_nonnegative_weights(first))
+    manifest["sketch"]["estimate_intervals"] = info
+    hh = manifest.get("heavy_hitters")
+    if hh and hh.get("threshold") is not None:
+        thr = float(hh["threshold"])
+        hh["false_positive_rate"] = false_positive_rate(estimator, family, float(scale), k, thr, b)
+        hh["false_positive_rate_bound"] = None if mass.reason is not None else false_positive_rate_bound(
+            estimator, family, float(scale), mass, thr)
+        hh["false_positive_rate_bound_meaning"] = (
+            "upper bound on the probability that an item absent from the data has an estimate >= threshold, hash "
+            "collisions included, for the merged noise (post-processing of the merged table; "
+            + (mass.reason if mass.reason else "Markov/Cantelli on the collision mass") + ")")
+    return unc
 
 
 def _weight_bounds(manifest: dict) -> dict | None:

@@ -53,15 +53,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from spark_dp.release.uncertainty import DEFAULT_CONFIDENCE, Uncertainty, check_level, gaussian_interval
+from spark_dp.sketch.laplace_sum import LaplaceSum
 
 SIMULATIONS = 100_000
 ONE_COUNTER = ("lookup", "histogram")  # estimators that read one counter (a known-domain histogram)
 _SEED = 20220610  # public: simulated quantiles are deterministic functions of (estimator, family, k, level)
 
 
-def _dist(family: str):
+def _dist(family):
     from scipy import stats
 
+    if isinstance(family, LaplaceSum):  # a merged Laplace sketch's counters (laplace_sum.py)
+        return family
     if family == "gaussian":
         return stats.norm
     if family == "laplace":
@@ -69,8 +72,19 @@ def _dist(family: str):
     raise ValueError(f"no noise interval for noise family {family!r}")
 
 
-def counter_uncertainty(values: np.ndarray, family: str, scale: float, level: float) -> Uncertainty:
-    """Exact intervals of released counters: value ± the noise's two-sided quantile."""
+def counter_uncertainty(values: np.ndarray, family, scale: float, level: float) -> Uncertainty:
+    """Exact intervals of released counters: value ± the noise's two-sided quantile.
+
+    A merged Laplace sketch's counters (``family`` a :class:`LaplaceSum`)
+    carry a sum of Laplace noises: the two-sided quantile of that law
+    (exact for equal scales; a bound, kind ``bound``, for unequal ones).
+    """
+    if isinstance(family, LaplaceSum):
+        q = scale * float(family.quantile_bound(0.5 + check_level(level) / 2.0, upper=True))
+        values = np.asarray(values, dtype=np.float64)
+        return Uncertainty(values - q, values + q, np.full(values.shape, scale * math.sqrt(family.variance)), (
+            f"counter +/- {q:.6g}: the two-sided quantile of {family.describe()} (b = {scale:.6g}), the noise of a "
+            "merged Laplace sketch's counters"), kind="interval" if family.exact else "bound")
     if family == "gaussian":
         return gaussian_interval(values, scale, level, method=(
             "exact: counter +/- z*sigma, the Gaussian noise of every counter (sigma from the manifest)"))
@@ -81,16 +95,26 @@ def counter_uncertainty(values: np.ndarray, family: str, scale: float, level: fl
 
 
 @functools.lru_cache(maxsize=128)
-def _unit_noise(estimator: str, family: str, k: int, buckets: int | None, q: float) -> float:
-    """The q-quantile of the estimator's noise part for unit-scale noise (module doc)."""
+def _unit_noise(estimator: str, family, k: int, buckets: int | None, q: float) -> float:
+    """The q-quantile of the estimator's noise part for unit-scale noise (module doc).
+
+    For a :class:`LaplaceSum` with unequal scales the counters' quantiles are
+    bounds taken outward (above the median for q > ½, below for q < ½).
+    """
     dist = _dist(family)
+
+    def ppf(u):
+        if isinstance(dist, LaplaceSum):
+            return dist.quantile_bound(u, upper=q > 0.5)
+        return dist.ppf(u)
+
     if estimator == "median" and k % 2 == 1:
         from scipy import stats
 
         m = (k + 1) // 2
-        return float(dist.ppf(stats.beta.ppf(q, m, k + 1 - m)))
+        return float(ppf(stats.beta.ppf(q, m, k + 1 - m)))
     if estimator == "min":
-        return float(dist.ppf(1.0 - (1.0 - q) ** (1.0 / k)))
+        return float(ppf(1.0 - (1.0 - q) ** (1.0 / k)))
     if family == "gaussian" and estimator == "mean":
         return float(dist.ppf(q)) / math.sqrt(k)
     if family == "gaussian" and estimator == "debiased_mean":
@@ -99,10 +123,13 @@ def _unit_noise(estimator: str, family: str, k: int, buckets: int | None, q: flo
 
 
 @functools.lru_cache(maxsize=32)
-def _simulated(estimator: str, family: str, k: int) -> np.ndarray:
+def _simulated(estimator: str, family, k: int) -> np.ndarray:
     # Not privacy noise: a fixed-seed simulation of the noise *law* (public) to read its quantiles.
     rng = np.random.default_rng(_SEED)
-    g = rng.standard_normal((SIMULATIONS, k)) if family == "gaussian" else rng.laplace(size=(SIMULATIONS, k))
+    if isinstance(family, LaplaceSum):  # a merged Laplace counter: the sum of the parts' Laplace draws
+        g = family.rvs(rng, (SIMULATIONS, k))
+    else:
+        g = rng.standard_normal((SIMULATIONS, k)) if family == "gaussian" else rng.laplace(size=(SIMULATIONS, k))
     if estimator == "median":
         return np.median(g, axis=1)
     if estimator == "mean":
@@ -133,6 +160,9 @@ def estimate_noise(estimator: str, family: str, scale: float, k: int, level: flo
     """(q_lo, q_hi, stderr) of an estimate's noise part (module doc) at ``level``."""
     a = (1.0 - check_level(level)) / 2.0
     if estimator in ONE_COUNTER:  # a histogram's lookup: one counter
+        if isinstance(family, LaplaceSum):
+            lo, hi = (scale * float(family.quantile_bound(q, upper=q > 0.5)) for q in (a, 1.0 - a))
+            return lo, hi, scale * math.sqrt(family.variance)
         lo, hi = (scale * float(_dist(family).ppf(q)) for q in (a, 1.0 - a))
         return lo, hi, scale * (1.0 if family == "gaussian" else math.sqrt(2.0))
     lo, hi = (scale * _unit_noise(estimator, family, k, buckets, q) for q in (a, 1.0 - a))
@@ -171,11 +201,16 @@ def counter_noise(manifest: dict) -> tuple[str | None, float | None]:
 
     ``privacy.noise_scale`` is the mechanism's σ (or b); with weight bounds the
     release stores the mechanism's output multiplied by M (the weight's units),
-    so a counter's noise is M·σ.
+    so a counter's noise is M·σ. A merge of Laplace sketches
+    (``noise_family: sum_of_laplace``, the parts' ``noise_scales``) gives a
+    :class:`~spark_dp.sketch.laplace_sum.LaplaceSum` and its largest scale.
     """
     from spark_dp.release.release import noise_of
 
     family, scale = noise_of(manifest["privacy"])
+    if family == "sum_of_laplace" and manifest["privacy"].get("noise_scales"):  # a merge of Laplace sketches
+        law, b = LaplaceSum.of(manifest["privacy"]["noise_scales"])
+        return law, b * weight_scale(manifest)
     if not isinstance(scale, int | float) or isinstance(scale, bool):
         return family, scale
     return family, float(scale) * weight_scale(manifest)
@@ -231,6 +266,32 @@ class CollisionMass:
                 "fails_with_probability_at_most": self.alpha, "refused": self.reason}
 
 
+def refusal(*, signed: bool, k: int, b: int, alpha: float, nonnegative: bool) -> str | None:
+    """Why a k × b sketch's estimates get no interval, or None: data-free, so the dry run predicts it too.
+
+    An unsigned sketch of weights that may be negative (the released total
+    bounds nothing), or a signed one whose k·b counters are too few for the
+    F₂ bound of :func:`collision_rate` (1 − t√(2/(bk)) ≤ 0, t = √(2/α − 1)).
+    """
+    if not nonnegative and not signed:
+        return ("no interval: the weights may be negative, so the released total does not bound what hash collisions "
+                "add to an unsigned sketch's estimates (use private_count_sketch, or weight bounds >= 0)")
+    if signed and 1.0 - math.sqrt(2.0 / alpha - 1.0) * math.sqrt(2.0 / (b * k)) <= 0:
+        return (f"no interval: {k} x {b} counters are too few to bound what hash collisions add to an estimate "
+                "from the release (more buckets)")
+    return None
+
+
+def planned_refusal(mechanism: str, k: int, b: int, level: float, nonnegative: bool) -> str | None:
+    """:func:`refusal` at the release's level for a mechanism (None for a histogram: no collisions)."""
+    from spark_dp.sketch.mechanisms import SIGNED
+
+    if mechanism == "histogram":
+        return None
+    return refusal(signed=bool(SIGNED[mechanism]), k=int(k), b=int(b), alpha=MASS_SHARE * (1.0 - check_level(level)),
+                   nonnegative=nonnegative)
+
+
 def collision_rate(table: np.ndarray, *, signed: bool, family: str, scale: float, alpha: float,
                    nonnegative: bool = True) -> CollisionMass:
     """Upper bounds of the collision mass from the released (noisy) table and public parameters only.
@@ -257,12 +318,12 @@ def collision_rate(table: np.ndarray, *, signed: bool, family: str, scale: float
     """
     table = np.asarray(table, dtype=np.float64)
     k, b = (int(x) for x in table.shape[-2:])
-    if not nonnegative and not signed:
-        return CollisionMass(signed, k, b, None, None, alpha, (
-            "no interval: the weights may be negative, so the released total does not bound what hash collisions "
-            "add to an unsigned sketch's estimates (use private_count_sketch, or weight bounds >= 0)"))
+    if (reason := refusal(signed=signed, k=k, b=b, alpha=alpha, nonnegative=nonnegative)) is not None:
+        return CollisionMass(signed, k, b, None, None, alpha, reason)
     if family == "gaussian":
         v, w = scale ** 2, 2.0 * scale ** 4
+    elif isinstance(family, LaplaceSum):  # merged Laplace counters: the exact variance and Var g² of the sum
+        v, w = family.variance * scale ** 2, family.variance_of_square * scale ** 4
     else:
         v, w = 2.0 * scale ** 2, 20.0 * scale ** 4
     t = math.sqrt(2.0 / alpha - 1.0)
@@ -271,27 +332,39 @@ def collision_rate(table: np.ndarray, *, signed: bool, family: str, scale: float
     disc = max((2.0 * s_hat + a) ** 2 - 4.0 * (s_hat ** 2 - c), 0.0)
     m_up = max(((2.0 * s_hat + a) + math.sqrt(disc)) / 2.0, 0.0)
     if signed:
-        shrink = 1.0 - t * math.sqrt(2.0 / (b * k))
-        if shrink <= 0:
-            return CollisionMass(signed, k, b, None, None, alpha, (
-                f"no interval: {k} x {b} counters are too few to bound what hash collisions add to an estimate "
-                "from the release (more buckets)"))
-        return CollisionMass(signed, k, b, None, m_up / shrink, alpha)
+        return CollisionMass(signed, k, b, None, m_up / (1.0 - t * math.sqrt(2.0 / (b * k))), alpha)
     n_hat = float(np.mean(np.sum(table, axis=-1)))
     if family == "gaussian":
         from scipy import stats
 
         n_up = n_hat + float(stats.norm.isf(alpha / 2.0)) * scale * math.sqrt(b / k)
-    else:
-        n_up = n_hat + scale * math.sqrt(8.0 * k * b * math.log(2.0 / alpha)) / k
+    else:  # Laplace, or a sum of Laplaces with β² = Σ b_i² (ln E e^{λS} ≤ 2λ²β² for |λ| ≤ 1/(√2 max b_i))
+        beta = scale * math.sqrt(family.variance / 2.0) if isinstance(family, LaplaceSum) else scale
+        n_up = n_hat + beta * math.sqrt(8.0 * k * b * math.log(2.0 / alpha)) / k
     return CollisionMass(signed, k, b, max(n_up, 0.0), m_up, alpha)
 
 
+def _symmetric_tail(t, var):
+    """≥ P(X > t) for X symmetric about 0 with Var X ≤ var: min(Cantelli, Chebyshev halved by the symmetry).
+
+    P(X > t) = ½·P(|X| > t) ≤ var/(2t²) (t > 0), below Cantelli's var/(var + t²) once t² > var.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        half = np.where(t > 0, var / (2.0 * t * t), 1.0)
+    return np.minimum(np.minimum(_cantelli(t, var), half), 1.0)
+
+
 def _row_collision_tail(mass: CollisionMass, t: np.ndarray, upper: bool) -> np.ndarray:
-    """≥ P(C_i > t) (upper) or P(C_i < −t) for one repetition's collision C_i (t ≥ 0)."""
+    """≥ P(C_i > t) (upper) or P(C_i < −t) for one repetition's collision C_i (t ≥ 0).
+
+    Signed (CountSketch): C_i = s_i(x)·Σ_{y ≠ x, h_i(y) = h_i(x)} s_i(y)·f_y with the item's own random sign
+    s_i(x) = ±1 independent of the rest (the random-hash model the mean and variance bounds already use), so C_i
+    is symmetric about 0 and :func:`_symmetric_tail` applies.
+    """
     var = mass.f2 / mass.buckets
     if mass.signed:
-        return np.minimum(_cantelli(t, var), 1.0)
+        return _symmetric_tail(t, var)
     if not upper:
         return np.where(t > 0, 0.0, 1.0)  # C_i ≥ 0
     mean = mass.total / mass.buckets
@@ -306,8 +379,8 @@ def _mean_collision_tail(mass: CollisionMass, t: np.ndarray, upper: bool, estima
     var = mass.f2 / (b * k)
     if estimator == "debiased_mean":  # A = b/(b − 1)·(mean C − (N − x)/b): centred
         return np.minimum(_cantelli(t, var * (b / (b - 1.0)) ** 2), 1.0)
-    if mass.signed:
-        return np.minimum(_cantelli(t, var), 1.0)
+    if mass.signed:  # a mean of independent symmetric C_i is symmetric
+        return _symmetric_tail(t, var)
     if not upper:
         return np.where(t > 0, 0.0, 1.0)
     mean = mass.total / b
@@ -456,6 +529,25 @@ class EstimateBounds:
     covers: str
     method: str
     mass: CollisionMass | None = None
+    reasons: tuple[str | None, ...] = ()  # per item: why it has no interval (None where it has one)
+
+    def refused(self) -> dict[int, str]:
+        """Position → reason of the items without an interval (all of them when ``kind`` is ``none``)."""
+        return {i: r for i, r in enumerate(self.reasons) if r is not None}
+
+
+def _item_reasons(view, items, est: np.ndarray, refusal: str | None) -> tuple[str | None, ...]:
+    """Why each item has no interval: the release's refusal, or no estimate of it (outside a histogram's domain,
+    the null item of a hashed dyadic release).
+    """
+    out: list[str | None] = []
+    for x, e in zip(items, est, strict=True):
+        if np.isnan(e):
+            out.append("no estimate: the item is not in the histogram's domain" if view.table.ndim == 1 else
+                       "no estimate: a release over a hashed domain never counts the null item")
+        else:
+            out.append(refusal)
+    return tuple(out)
 
 
 def estimate_bounds(release, items, *, estimator: str | None = None, collisions: bool = True) -> EstimateBounds:
@@ -477,6 +569,7 @@ def estimate_bounds(release, items, *, estimator: str | None = None, collisions:
 
     release = load_release(release) if isinstance(release, str) else release
     view = SketchView.of(release)
+    items = list(items)
     est = np.asarray(estimate(view, items, estimator=estimator), dtype=np.float64)
     family, scale = counter_noise(release.manifest)  # in the stored arrays' units (the weight's, with bounds)
     scale = float(scale)
@@ -487,19 +580,22 @@ def estimate_bounds(release, items, *, estimator: str | None = None, collisions:
     nan = np.isnan(est)
     if name in ONE_COUNTER or not collisions:
         what = "no other item shares a counter" if name in ONE_COUNTER else "assumes no hash collisions"
+        bounded = isinstance(family, LaplaceSum) and not family.exact  # unequal merged scales: outward bounds
         return EstimateBounds(est, est - hi, est - lo, np.where(nan, np.nan, sd),
-                              "interval", "noise", f"exact: the {name} estimator's noise law over {k} counter(s) "
-                              f"({what}; sigma from the manifest)")
+                              "bound" if bounded else "interval", "noise", f"exact: the {name} estimator's noise law over {k} counter(s) "
+                              f"({what}; sigma from the manifest)", reasons=_item_reasons(view, items, est, None))
     mass = release_collision_mass(view.table, view.mechanism, family, scale, level,
                                   _nonnegative_weights(release.manifest))
     if mass.reason is not None:
         none = np.full(est.shape, np.nan)
-        return EstimateBounds(est, none, none.copy(), none.copy(), "none", "noise+collisions", mass.reason, mass)
+        return EstimateBounds(est, none, none.copy(), none.copy(), "none", "noise+collisions", mass.reason, mass,
+                              reasons=_item_reasons(view, items, est, mass.reason))
     q_lo, q_hi = collision_quantiles(name, family, scale, mass, level)
     return EstimateBounds(est, est - q_hi, est - q_lo, np.full(est.shape, np.nan), "bound", "noise+collisions", (
         f"bound: the {name} estimate's noise and hash collisions together (collision mass read from the released "
         f"table: {'F2' if mass.signed else 'total'} <= "
-        f"{_g(mass.f2 if mass.signed else mass.total)}); holds with probability >= {level:g}"), mass)
+        f"{_g(mass.f2 if mass.signed else mass.total)}); holds with probability >= {level:g}"), mass,
+        reasons=_item_reasons(view, items, est, None))
 
 
 def _g(x: float) -> str:
