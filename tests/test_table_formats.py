@@ -190,3 +190,15 @@ def test_iceberg_time_travel_options_follow_the_spark_line():
             {"timestampAsOf": "2026-11-30 06:00:00.250000Z"}  # the instant in UTC, with its zone
     assert iceberg_time_travel_options({"versionAsOf": "3"}, "4.2.0") == {"versionAsOf": "3"}  # Delta's: kept
     assert own == {"snapshot-id": "42", "as-of-timestamp": str(ms)}  # the caller's dict is not changed
+
+
+def test_the_docs_name_the_builds_spark_dp_adds():
+    """README "Supported versions" and docs/storage.md list, per Spark line, the coordinates of TABLE_FORMAT_PACKAGES."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    storage = (REPO / "docs" / "storage.md").read_text(encoding="utf-8")
+    for fmt, builds in TABLE_FORMAT_PACKAGES.items():
+        for line, coordinates in builds.items():
+            _, artifact, version = coordinates.split(":")
+            assert f"`{coordinates}`" in storage, coordinates
+            row = next(r for r in readme.splitlines() if r.startswith(f"| {line} | delta-spark"))
+            assert (f"`{coordinates}`" if fmt == "delta" else f"{version} (`{artifact}`)") in row, (row, coordinates)

@@ -411,6 +411,27 @@ def test_a_machine_that_cannot_fetch_the_jars_gets_one_clear_error_and_nothing_i
     assert time.monotonic() - t0 < 120
 
 
+def _has_iceberg_build() -> bool:
+    from spark_dp.runtime import TABLE_FORMAT_PACKAGES, spark_line
+
+    return spark_line() in TABLE_FORMAT_PACKAGES["iceberg"]
+
+
+if not _has_iceberg_build():  # collected on the lines without an Iceberg build only (4.2: spark42 and delta)
+    def test_on_a_line_without_an_iceberg_build_an_iceberg_job_gets_the_error_naming_the_line_to_use(tmp_path):
+        """A fresh ``spark-dp release`` reading an Iceberg snapshot: one error, before Spark starts, nothing charged."""
+        from spark_dp.runtime import spark_line
+
+        cfg = _config(tmp_path, {"table": "local.db.events", "format": "iceberg", "snapshot_id": 1},
+                      release_id="ice", name="ice.yaml")
+        got = _spark_dp(["release", cfg], _fresh_env(tmp_path / "ivy-ice"), tmp_path)
+        assert got.returncode == 2, got.stderr[-3000:]
+        [error] = got.stderr.strip().splitlines()  # nothing from Spark or Ivy: no JVM started
+        assert error.startswith(f"spark-dp: error: The format 'iceberg' needs Apache Iceberg for Spark {spark_line()}")
+        assert "pip install 'pyspark==4.1.*'" in error and "spark-dp[delta]" not in error
+        assert not open_ledger(f"sqlite:///{tmp_path}/jobs.db").all_charges()
+
+
 def test_the_session_was_made_with_the_coordinates_for_this_spark_line(spark):
     from spark_dp.runtime import TABLE_FORMAT_PACKAGES, spark_line
 
