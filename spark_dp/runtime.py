@@ -111,19 +111,17 @@ def table_format_conf(formats, *, spark_version: str | None = None) -> dict[str,
     nothing (``{}``).
 
     Raises:
-        ConfigError: a format with no release for this Spark line (naming the lines it has).
+        ConfigError: formats with no release for this Spark line: one error naming them, the lines that have
+            builds and the pyspark to install (the newest line with a build of every format asked for).
     """
     line = spark_line(spark_version)
+    wanted = sorted({f for f in formats if f in TABLE_FORMAT_PACKAGES})
+    missing = [f for f in wanted if line not in TABLE_FORMAT_PACKAGES[f]]
+    if missing:
+        raise ConfigError(_no_build_message(wanted, missing, line))
     packages, extensions, conf = [], [], {}
-    for fmt in sorted({f for f in formats if f in TABLE_FORMAT_PACKAGES}):
+    for fmt in wanted:
         builds = TABLE_FORMAT_PACKAGES[fmt]
-        if line not in builds:
-            raise ConfigError(
-                f"The format {fmt!r} needs {_NAMES[fmt]} for Spark {line}, which has no release for that Spark line "
-                f"yet (it has builds for Spark {', '.join(builds)}): install one of those "
-                f"(pip install 'pyspark=={max(builds)}.*'"
-                + (", or pip install 'spark-dp[delta]', which picks a pyspark with a Delta build" if fmt == "delta"
-                   else "") + "), or run where the runtime ships it (e.g. Databricks).")
         packages.append(builds[line])
         extensions.append(_EXTENSIONS[fmt])
         if fmt == "delta":
@@ -132,6 +130,40 @@ def table_format_conf(formats, *, spark_version: str | None = None) -> dict[str,
         conf["spark.jars.packages"] = ",".join(packages)
         conf["spark.sql.extensions"] = ",".join(extensions)
     return conf
+
+
+def _line_key(line: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in line.split("."))
+
+
+def _no_build_message(wanted: list[str], missing: list[str], line: str) -> str:
+    """The one error for the ``missing`` formats (of ``wanted``) on Spark ``line``: which lines have builds, what to install.
+
+    The pyspark suggested is the newest line with a build of every wanted
+    format (a session carries them all); for Delta alone, also the
+    ``spark-dp[delta]`` extra, whose delta-spark requirement picks such a pyspark.
+    """
+    def lines(fmt: str) -> str:
+        return ", ".join(sorted(TABLE_FORMAT_PACKAGES[fmt], key=_line_key))
+
+    if len(missing) == 1:
+        fmt = missing[0]
+        head = (f"The format {fmt!r} needs {_NAMES[fmt]} for Spark {line}, which has no release for that Spark line "
+                f"yet (it has builds for Spark {lines(fmt)})")
+    else:
+        head = (f"The formats {' and '.join(map(repr, missing))} have no release for Spark {line} yet ("
+                + "; ".join(f"{_NAMES[f]} has builds for Spark {lines(f)}" for f in missing) + ")")
+    common = set.intersection(*(set(TABLE_FORMAT_PACKAGES[f]) for f in wanted))
+    if not common:
+        return (f"{head}, and no Spark line has builds of all of {', '.join(map(repr, wanted))}: use them in "
+                "separate jobs, or run where the runtime ships them (e.g. Databricks).")
+    pin = f"pip install 'pyspark=={max(common, key=_line_key)}.*'"
+    if len(wanted) == 1:
+        extra = ", or pip install 'spark-dp[delta]', which picks a pyspark with a Delta build" if wanted == ["delta"] else ""
+        how = f"install one of those ({pin}{extra})"
+    else:
+        how = f"install a pyspark of a line with builds of {' and '.join(map(repr, wanted))} ({pin})"
+    return f"{head}: {how}, or run where the runtime ships {'it' if len(wanted) == 1 else 'them'} (e.g. Databricks)."
 
 
 # Iceberg's own time-travel read options. The Iceberg runtime for Spark 4.1 on refuses them ("no longer

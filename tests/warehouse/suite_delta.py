@@ -8,8 +8,10 @@ read in the manifest and the ledger charge; job configs with
 over a table that moved on (``input_changed``) and with an explicit version;
 ``output.format: delta`` and ``ledger --export-format delta`` read back equal
 to their Parquet counterparts; a daily plan over a Delta table partitioned by
-day; a fresh ``spark-dp release`` process that gets the jars by itself; and
-the one clear error when they cannot be fetched, with nothing charged.
+day; a fresh ``spark-dp plan run`` process whose one session gets the jars
+of both its entries (a Delta one and, where the line has an Iceberg build,
+an Iceberg one) by itself; and a fresh ``spark-dp release`` that gets the
+one clear error when the jars cannot be fetched, with nothing charged.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from compare import same_rows
+from conftest import FORMATS
 
 from spark_dp import DPSession
 from spark_dp.cli.main import main as cli_main
@@ -307,11 +310,11 @@ def test_a_daily_plan_over_a_delta_table_partitioned_by_day(spark, tmp_path, cap
 
 
 # -- a fresh process: spark-dp arranges the jars, or says what to install -----------------------------------
-def _fresh_env(workdir, **ivy) -> dict[str, str]:
+def _fresh_env(workdir, conf=None, **ivy) -> dict[str, str]:
     from ivy import submit_args
 
     env = dict(os.environ)
-    env["PYSPARK_SUBMIT_ARGS"] = submit_args(str(workdir), **ivy)
+    env["PYSPARK_SUBMIT_ARGS"] = submit_args(str(workdir), conf=conf, **ivy)
     env["SPARK_DP_MASTER"] = "local[1]"
     return env
 
@@ -321,21 +324,80 @@ def _spark_dp(args, env, cwd) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def test_a_fresh_process_gets_the_delta_jars_by_itself_and_a_machine_without_them_gets_one_clear_error(
-        spark, tmp_path, delta_path):
-    cfg = _config(tmp_path, {"path": delta_path, "format": "delta", "version": 0}, release_id="fresh")
+def _resolved(coordinates: str) -> str:
+    """How Spark's Ivy report names ``group:artifact:version`` once it resolved it."""
+    group, artifact, version = coordinates.split(":")
+    return f"{group}#{artifact};{version}"
+
+
+def _plan_entry(name: str, dataset: dict, tmp_path) -> dict:
+    return {"name": name, "schedule": "daily", "budget": {"epsilon": 1.0, "delta": 1e-5, "renew": "per_period"},
+            "inline": {"dataset": {"columns": ["x", "y"], **dataset}, "task": "second_moment",
+                       "mechanism": "analyze_gauss",
+                       "privacy": {"epsilon": 0.5, "delta": 1e-6, "norm_bound": 2.0, "sampler": "numpy"},
+                       "ledger": {"uri": f"sqlite:///{tmp_path}/fresh.db"}, "output": {"path": str(tmp_path / "fresh")}}}
+
+
+def test_a_fresh_plan_process_gets_the_jars_of_every_entry_and_records_the_versions_read(
+        spark, warehouse, tmp_path, delta_path):
+    """``spark-dp plan run`` in a new process: one session, made by spark-dp, for a Delta entry and an Iceberg one.
+
+    The plan's first entry (Delta, by path, version 0) starts the session: it must already carry the Iceberg
+    runtime the second entry (a snapshot of an Iceberg table in the Hadoop catalog ``local``) needs. Both
+    releases are written, and their manifests and charges name the version and the snapshot read, not the
+    latest. On a line without an Iceberg build (4.2) the plan has the Delta entry alone.
+    """
+    from spark_dp.runtime import TABLE_FORMAT_PACKAGES, spark_line
+
+    iceberg = "iceberg" in FORMATS
+    entries = [_plan_entry("d", {"id": "events", "path": delta_path, "format": "delta", "version": 0}, tmp_path)]
+    conf = {"spark.databricks.delta.snapshotPartitions": "1"}  # as the suite's session: Delta's log replay in 1 task
+    if iceberg:
+        table = "local.db.plan_events"
+        spark.sql(f"CREATE TABLE {table} (x double, y double, ds string) USING iceberg")
+        spark.createDataFrame(_rows(8, "2026-11-29"), ROWS).writeTo(table).append()
+        spark.createDataFrame(_rows(4, "2026-11-30", 0.1), ROWS).writeTo(table).append()
+        [s0, s1] = [r[0] for r in spark.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at")
+                    .collect()]
+        entries.append(_plan_entry("i", {"id": "ice", "table": table, "format": "iceberg", "snapshot_id": s0},
+                                   tmp_path))
+        conf.update({"spark.sql.catalog.local": "org.apache.iceberg.spark.SparkCatalog",  # the user's catalog
+                     "spark.sql.catalog.local.type": "hadoop", "spark.sql.catalog.local.warehouse": warehouse})
+    plan = tmp_path / "fresh-plan.yaml"
+    plan.write_text(yaml.safe_dump({"plan": "fresh", "ledger": {"uri": f"sqlite:///{tmp_path}/fresh.db"},
+                                    "output": {"path": str(tmp_path / "fresh")}, "entries": entries}))
+    try:
+        got = _spark_dp(["plan", "run", str(plan), "--date", "2026-11-29"], _fresh_env(tmp_path / "ivy-ok", conf),
+                        tmp_path)
+    finally:
+        if iceberg:
+            spark.sql(f"DROP TABLE IF EXISTS {table}")
+    assert got.returncode == 0, got.stderr[-3000:]
+    line = spark_line()
+    for fmt in ("delta", "iceberg") if iceberg else ("delta",):  # Spark resolved the coordinates spark-dp chose
+        assert _resolved(TABLE_FORMAT_PACKAGES[fmt][line]) in got.stderr, fmt
+    done = json.loads(got.stdout[got.stdout.index("\n{") + 1:])  # after Ivy's own stdout lines
+    assert [(e["entry"], e["status"]) for e in done["entries"]] == [("d", "released")] + ([("i", "released")]
+                                                                                         if iceberg else [])
+    ledger = open_ledger(f"sqlite:///{tmp_path}/fresh.db")
+    inputs = {}
+    for e in done["entries"]:
+        with open(os.path.join(e["path"], "manifest.json")) as fh:
+            inputs[e["entry"]] = json.load(fh)["input"]
+        assert ledger.lookup(e["release_id"]).lineage == inputs[e["entry"]]  # the charge records it too
+    assert _delta_entry(inputs["d"])["version"] == "0"  # not the latest (1)
+    if iceberg:
+        [read] = inputs["i"]["tables"]
+        assert read["name"].endswith(table) and (read["provider"], read["version_kind"]) == \
+            ("iceberg", "iceberg_snapshot_id")
+        assert read["version"] == str(s0) != str(s1)
+
+
+def test_a_machine_that_cannot_fetch_the_jars_gets_one_clear_error_and_nothing_is_charged(tmp_path, delta_path):
+    """``spark-dp release`` in a new process with an empty Ivy cache and a repository nobody answers (port 9)."""
     from spark_dp.runtime import TABLE_FORMAT_PACKAGES, spark_line
 
     coordinates = TABLE_FORMAT_PACKAGES["delta"][spark_line()]  # the build for the installed pyspark's line
-    group, artifact, version = coordinates.split(":")
-    ok = _spark_dp(["release", cfg], _fresh_env(tmp_path / "ivy-ok"), tmp_path)
-    assert ok.returncode == 0, ok.stderr[-3000:]
-    assert f"{group}#{artifact};{version}" in ok.stderr  # Spark resolved the coordinates spark-dp chose
-    assert json.loads(ok.stdout[ok.stdout.index("\n{") + 1:])["reused"] is False  # after Ivy's own stdout lines
-    ledger = open_ledger(f"sqlite:///{tmp_path}/jobs.db")
-    assert _delta_entry(ledger.lookup("fresh").lineage)["version"] == "0"
-
-    # Offline: an empty Ivy cache and a repository nobody answers (nothing listens on port 9).
     offline = _config(tmp_path, {"path": delta_path, "format": "delta", "version": 0}, release_id="offline",
                       name="offline.yaml")
     t0 = time.monotonic()
@@ -345,8 +407,29 @@ def test_a_fresh_process_gets_the_delta_jars_by_itself_and_a_machine_without_the
     errors = [line for line in bad.stderr.splitlines() if line.startswith("spark-dp: error")]
     assert len(errors) == 1, bad.stderr[-3000:]
     assert coordinates in errors[0] and "nothing was charged" in errors[0]
-    assert ledger.lookup("offline") is None and len(ledger.all_charges()) == 1
+    assert not open_ledger(f"sqlite:///{tmp_path}/jobs.db").all_charges()
     assert time.monotonic() - t0 < 120
+
+
+def _has_iceberg_build() -> bool:
+    from spark_dp.runtime import TABLE_FORMAT_PACKAGES, spark_line
+
+    return spark_line() in TABLE_FORMAT_PACKAGES["iceberg"]
+
+
+if not _has_iceberg_build():  # collected on the lines without an Iceberg build only (4.2: spark42 and delta)
+    def test_on_a_line_without_an_iceberg_build_an_iceberg_job_gets_the_error_naming_the_line_to_use(tmp_path):
+        """A fresh ``spark-dp release`` reading an Iceberg snapshot: one error, before Spark starts, nothing charged."""
+        from spark_dp.runtime import spark_line
+
+        cfg = _config(tmp_path, {"table": "local.db.events", "format": "iceberg", "snapshot_id": 1},
+                      release_id="ice", name="ice.yaml")
+        got = _spark_dp(["release", cfg], _fresh_env(tmp_path / "ivy-ice"), tmp_path)
+        assert got.returncode == 2, got.stderr[-3000:]
+        [error] = got.stderr.strip().splitlines()  # nothing from Spark or Ivy: no JVM started
+        assert error.startswith(f"spark-dp: error: The format 'iceberg' needs Apache Iceberg for Spark {spark_line()}")
+        assert "pip install 'pyspark==4.1.*'" in error and "spark-dp[delta]" not in error
+        assert not open_ledger(f"sqlite:///{tmp_path}/jobs.db").all_charges()
 
 
 def test_the_session_was_made_with_the_coordinates_for_this_spark_line(spark):
