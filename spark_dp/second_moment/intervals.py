@@ -892,3 +892,152 @@ def _measured(mechanism: str, post: str, through_origin: bool, *, raw: bool, sam
     if post == "psd":
         return "0.92-0.97 (0.92 at n = 20,000, eps = 0.5)"
     return "0.935-0.98 (the intercept 0.978 at n = 2,000, eps = 0.5)"
+
+
+# -- AdaSSP: the generalised Fieller interval of its exact pivot ------------------------------------------------
+
+#: The method of AdaSSP's coefficient intervals where the Fieller set is bounded (:func:`fieller_intervals`).
+FIELLER_METHOD = (
+    "generalised Fieller interval of AdaSSP's exact pivot g(b) = X^T y_hat - X^T X_hat b: at the true coefficients "
+    "b (the non-private fit of the same rows, X^T X b = X^T y) g = E_3 - E_2 b is exactly Gaussian with mean 0 and "
+    "covariance Sigma(b) = sigma_3^2 I + sigma_2^2 (||b||^2 I + b b^T - diag(b^2)) (E_2 symmetric, mirror entries "
+    "sharing one draw), so Q(b) = g(b)^T Sigma(b)^-1 g(b) is chi-square with p degrees of freedom there; each "
+    "term's interval is the set of its values t whose profile min over {{b : term(b) = t}} of Q is <= z^2 = "
+    "{q:.4g} (the chi-square(1) quantile at the level). It uses the released X^T X without the ridge lambda, so the "
+    "ridge's bias does not enter; it widens by itself where the noise on X^T X is large against the design's "
+    "weakest direction (Q grows slowly along it). stderr = half-width / z")
+
+#: Appended where the Fieller set is unbounded and another interval is given instead.
+FIELLER_UNBOUNDED = (
+    "the generalised Fieller set of AdaSSP's exact pivot is unbounded for this release (along the direction d "
+    "minimising Q's limit (X^T X_hat d)^T M(d)^-1 (X^T X_hat d) / sigma_2^2 = {r:.4g} <= z^2 = {q:.4g}, M(d) = "
+    "||d||^2 I + d d^T - diag(d^2), the noise on X^T X can hide the design's weakest direction), so it identifies "
+    "no finite interval")
+
+
+@dataclass(frozen=True)
+class FiellerIntervals:
+    """Per-term Fieller intervals (data units), or ``bounded=False`` with the set's limit ``r_min`` (<= z²)."""
+
+    low: np.ndarray
+    high: np.ndarray
+    stderr: np.ndarray
+    bounded: bool
+    r_min: float
+    method: str
+
+
+def _pivot_sigma(b: np.ndarray, s2: float, s3: float) -> np.ndarray:
+    """Σ(b) = Cov(E₃ − E₂b): σ₃²I + σ₂²(‖b‖²I + bbᵀ − diag(b²)) (E₂ symmetric, every entry N(0, σ₂²), E₂ᵢⱼ = E₂ⱼᵢ)."""
+    p = b.shape[0]
+    return s3 * s3 * np.eye(p) + s2 * s2 * ((b @ b) * np.eye(p) + np.outer(b, b) - np.diag(b * b))
+
+
+def _pivot_q(b: np.ndarray, xtx: np.ndarray, xty: np.ndarray, s2: float, s3: float) -> tuple[float, np.ndarray]:
+    """Q(b) = g(b)ᵀΣ(b)⁻¹g(b) and its gradient in b (g = Xᵀŷ − XᵀX̂b)."""
+    g = xty - xtx @ b
+    w = np.linalg.solve(_pivot_sigma(b, s2, s3), g)
+    ww, bw = w @ w, b @ w
+    grad = -2.0 * (xtx @ w) - s2 * s2 * (2.0 * b * ww + 2.0 * w * bw - 2.0 * b * w * w)
+    return float(g @ w), grad
+
+
+def _pivot_limit(xtx: np.ndarray, s2: float) -> float:
+    """inf over directions d of lim_{s→∞} Q(b + s·d) = (X̂d)ᵀM(d)⁻¹(X̂d)/σ₂², M(d) = ‖d‖²I + ddᵀ − diag(d²).
+
+    The Fieller set {Q <= q} is bounded iff this exceeds q (the limit does not depend on b). Minimised from every
+    eigenvector of X̂ (the weakest first) with BFGS.
+    """
+    from scipy.optimize import minimize
+
+    p = xtx.shape[0]
+
+    def ratio(d: np.ndarray) -> float:
+        m = (d @ d) * np.eye(p) + np.outer(d, d) - np.diag(d * d)
+        xd = xtx @ d
+        return float(xd @ np.linalg.solve(m, xd)) / (s2 * s2 * 1.0)
+
+    vals, vecs = np.linalg.eigh(xtx)
+    order = np.argsort(np.abs(vals))
+    best = math.inf
+    for i in order[: min(p, 3)]:
+        got = minimize(ratio, vecs[:, i], method="BFGS", options={"gtol": 1e-10, "maxiter": 200})
+        best = min(best, float(got.fun), ratio(vecs[:, i]))
+    return best
+
+
+def fieller_intervals(xtx: np.ndarray, xty: np.ndarray, *, sigma: float, sigma_xy: float, scaling: Scaling,
+                      label_at: int, level: float = 0.95) -> FiellerIntervals:
+    """AdaSSP's coefficient intervals (data units) from its exact pivot, by profiling (module doc, FIELLER_METHOD).
+
+    ``xtx``/``xty``: the released XᵀX̂ (no ridge) and Xᵀŷ in the vector's units; ``sigma``/``sigma_xy``: σ₂, σ₃.
+    Term j of the data-unit fit is L_j·b + c_j (:meth:`Scaling.coefficients` is affine). Its interval is
+    {t : min_{b: L_j b + c_j = t} Q(b) <= z²}, the connected part around the unregularised fit X̂⁻¹ŷ (where
+    Q = 0), found by doubling steps outwards and bisection, each profile point a BFGS minimisation over the
+    hyperplane warm-started from its neighbour's. Unbounded (``bounded=False``, no numbers) where
+    :func:`_pivot_limit` <= z².
+    """
+    from scipy.optimize import minimize
+
+    from spark_dp.release.uncertainty import normal_quantile
+
+    z = normal_quantile(level)
+    q = z * z
+    xtx = 0.5 * (np.asarray(xtx, dtype=np.float64) + np.asarray(xtx, dtype=np.float64).T)
+    xty = np.asarray(xty, dtype=np.float64)
+    s2, s3 = float(sigma), float(sigma_xy)
+    p = xtx.shape[0]
+    eye = np.eye(p)
+    zero = scaling.coefficients(np.zeros(p), label_at)
+    lin = np.stack([scaling.coefficients(eye[j], label_at) - zero for j in range(p)], axis=1)
+    r_min = _pivot_limit(xtx, s2)
+    nan = np.full(p, np.nan)
+    if not r_min > q:
+        return FiellerIntervals(nan, nan, nan, False, r_min, FIELLER_UNBOUNDED.format(r=r_min, q=q))
+    centre = np.linalg.solve(xtx, xty)  # Q = 0 here
+    a_inv = np.linalg.inv(xtx)
+    cov = a_inv @ _pivot_sigma(centre, s2, s3) @ a_inv  # the linearised covariance: the first step's size
+    low, high = np.empty(p), np.empty(p)
+    for j in range(p):
+        lj = lin[j]
+        norm2 = float(lj @ lj)
+        basis = np.linalg.svd(lj[None, :])[2][1:].T  # orthonormal, L_j basis = 0
+        s_hat = float(lj @ centre)
+        step = z * math.sqrt(max(float(lj @ cov @ lj), 1e-300))
+
+        def profile(s: float, start: np.ndarray) -> tuple[float, np.ndarray]:
+            base = lj * (s / norm2)
+            if p == 1:
+                return _pivot_q(base, xtx, xty, s2, s3)[0], base
+
+            def f(u: np.ndarray) -> tuple[float, np.ndarray]:
+                val, grad = _pivot_q(base + basis @ u, xtx, xty, s2, s3)
+                return val, basis.T @ grad
+
+            got = minimize(f, basis.T @ (start - base), jac=True, method="BFGS", options={"gtol": 1e-8})
+            return float(got.fun), base + basis @ got.x
+
+        ends = []
+        for sign in (1.0, -1.0):
+            inside, b_in, outside = 0.0, centre, None
+            for k in range(60):  # bounded (r_min > q): the profile exceeds q far enough out
+                off = sign * step * 2.0 ** k
+                val, b = profile(s_hat + off, b_in)
+                if val > q:
+                    outside = off
+                    break
+                inside, b_in = off, b
+            if outside is None:
+                return FiellerIntervals(nan, nan, nan, False, r_min, FIELLER_UNBOUNDED.format(r=r_min, q=q))
+            for _ in range(40):
+                if abs(outside - inside) <= 1e-4 * step:
+                    break
+                mid = 0.5 * (inside + outside)
+                val, b = profile(s_hat + mid, b_in)
+                if val > q:
+                    outside = mid
+                else:
+                    inside, b_in = mid, b
+            ends.append(s_hat + 0.5 * (inside + outside) + zero[j])
+        high[j], low[j] = ends
+    return FiellerIntervals(low, high, (high - low) / (2.0 * z), True, r_min, FIELLER_METHOD.format(q=q))

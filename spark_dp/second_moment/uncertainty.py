@@ -526,7 +526,12 @@ def adassp_uncertainty(xtx: np.ndarray, xty: np.ndarray, beta: np.ndarray, sigma
     of a data value) and has none.
     """
     from spark_dp.second_moment._scaling import Scaling
-    from spark_dp.second_moment.intervals import bias_bounded_bootstrap, regression_bootstrap
+    from spark_dp.second_moment.intervals import (
+        FIELLER_UNBOUNDED,
+        bias_bounded_bootstrap,
+        fieller_intervals,
+        regression_bootstrap,
+    )
 
     _, s2, s3 = (float(s) for s in sigmas)
     p = xtx.shape[0]
@@ -538,22 +543,30 @@ def adassp_uncertainty(xtx: np.ndarray, xty: np.ndarray, beta: np.ndarray, sigma
     k = scaling.constant_at
     part = {"coefficients": np.arange(p)} if k is None else {
         "coefficients": np.delete(np.arange(p), k), "intercept": np.array([k])}
+
+    def refuse(reason: str) -> dict[str, Uncertainty]:
+        for name, idx in part.items():
+            out[name] = no_interval(idx.shape, reason.format(r=ridge))
+        return out
+
+    floor = adassp_lambda_floor(ridge if adaptive is None else adaptive, sigmas, p, rho) if ridge > 0 else math.inf
+    if floor <= 0:
+        return refuse(FLOOR_ZERO)
+    noise_only = "; noise only (AdaSSP releases no y^T y to estimate the sampling error from)"
+    fieller = fieller_intervals(xtx, xty, sigma=s2, sigma_xy=s3, scaling=scaling, label_at=p, level=level)
+    if fieller.bounded:
+        method = fieller.method + "; " + FIELLER_MEASURED + noise_only
+        for name, idx in part.items():
+            out[name] = Uncertainty(fieller.low[idx], fieller.high[idx], fieller.stderr[idx], method,
+                                    covers="noise")
+        return out
+    unbounded = FIELLER_UNBOUNDED.format(r=fieller.r_min, q=normal_quantile(level) ** 2)
     if ridge > 0:
-        floor = adassp_lambda_floor(ridge if adaptive is None else adaptive, sigmas, p, rho)
-        reason = None
         if not bounded:
-            reason = ("no interval: the ridge r = {r:.6g} biases the fit by an amount that depends on the unknown "
-                      "coefficients, and without public bounds on every column the release carries no bound on it")
-        elif floor <= 0:
-            reason = ("no interval: AdaSSP's private lower bound on the smallest eigenvalue of X^T X is 0 at this "
-                      "epsilon (the design is too close to collinear, or n too small, for the noise), so the bias "
-                      "of its adaptive ridge r = {r:.6g} cannot be bounded and no interval can be shown to hold; "
-                      "use more rows, a larger epsilon, fewer or less correlated columns, or the released "
-                      "coefficients as a point estimate only")
-        if reason:
-            for name, idx in part.items():
-                out[name] = no_interval(idx.shape, reason.format(r=ridge))
-            return out
+            return refuse("no interval: " + unbounded + ", and the ridge r = {r:.6g} biases the fit by an amount "
+                          "that depends on the unknown coefficients, which without public bounds on every column "
+                          "the release carries no bound on; use more rows, a larger epsilon, bounds, or the "
+                          "released coefficients as a point estimate only")
         n_up = float(joint[k, k]) + 5.0 * s2  # the constant's diagonal is n + N(0, sigma_2^2); 5 sd above
         got = bias_bounded_bootstrap(joint, beta, sigma=s2, sigma_xy=s3, scaling=scaling, label_at=p, ridge=ridge,
                                      lambda_floor=floor, label_energy=max(n_up, 0.0), level=level, rng=rng)
@@ -562,8 +575,19 @@ def adassp_uncertainty(xtx: np.ndarray, xty: np.ndarray, beta: np.ndarray, sigma
         got = regression_bootstrap(joint, beta, sigma=s2, sigma_xy=s3, scaling=scaling, label_at=p, ridge=0.0,
                                    level=level, sampling=False, rng=rng)
         kind = "interval"
-    method = got.method + ", AdaSSP's sigma_2 on X^T X and sigma_3 on X^T y, its ridge lambda held fixed; " \
-                          "noise only (AdaSSP releases no y^T y to estimate the sampling error from)"
+    method = (unbounded + "; instead: " + got.method + ", AdaSSP's sigma_2 on X^T X and sigma_3 on X^T y, its ridge "
+              "lambda held fixed" + noise_only)
     for name, idx in part.items():
         out[name] = Uncertainty(got.low[idx], got.high[idx], got.stderr[idx], method, kind=kind, covers="noise")
     return out
+
+
+#: AdaSSP's refusal where its private lower bound on λ_min(XᵀX) is 0 (``{r}``: the ridge).
+FLOOR_ZERO = ("no interval: AdaSSP's private lower bound on the smallest eigenvalue of X^T X is 0 at this epsilon (the "
+              "design is too close to collinear, or n too small, for the noise), so the bias of its adaptive ridge "
+              "r = {r:.6g} cannot be bounded and the noise may hide the design's weakest direction: no interval can "
+              "be shown to hold; use more rows, a larger epsilon, fewer or less correlated columns, or the released "
+              "coefficients as a point estimate only")
+
+#: What was measured for AdaSSP's Fieller intervals (docs/accuracy.md).
+FIELLER_MEASURED = "approximate (the profile's chi-square(1) calibration), measured coverage in docs/accuracy.md"
