@@ -977,7 +977,7 @@ def fieller_intervals(xtx: np.ndarray, xty: np.ndarray, *, sigma: float, sigma_x
     hyperplane warm-started from its neighbour's. Unbounded (``bounded=False``, no numbers) where
     :func:`_pivot_limit` <= z².
     """
-    from scipy.optimize import minimize
+    from scipy.optimize import brentq, minimize
 
     from spark_dp.release.uncertainty import normal_quantile
 
@@ -1014,7 +1014,7 @@ def fieller_intervals(xtx: np.ndarray, xty: np.ndarray, *, sigma: float, sigma_x
                 val, grad = _pivot_q(base + basis @ u, xtx, xty, s2, s3)
                 return val, basis.T @ grad
 
-            got = minimize(f, basis.T @ (start - base), jac=True, method="BFGS", options={"gtol": 1e-8})
+            got = minimize(f, basis.T @ (start - base), jac=True, method="BFGS", options={"gtol": 1e-5})
             return float(got.fun), base + basis @ got.x
 
         ends = []
@@ -1029,15 +1029,15 @@ def fieller_intervals(xtx: np.ndarray, xty: np.ndarray, *, sigma: float, sigma_x
                 inside, b_in = off, b
             if outside is None:
                 return FiellerIntervals(nan, nan, nan, False, r_min, FIELLER_UNBOUNDED.format(r=r_min, q=q))
-            for _ in range(40):
-                if abs(outside - inside) <= 1e-4 * step:
-                    break
-                mid = 0.5 * (inside + outside)
-                val, b = profile(s_hat + mid, b_in)
-                if val > q:
-                    outside = mid
-                else:
-                    inside, b_in = mid, b
-            ends.append(s_hat + 0.5 * (inside + outside) + zero[j])
+            warm = [b_in]
+
+            def excess(off: float) -> float:
+                val, b = profile(s_hat + off, warm[0])
+                if val <= q:
+                    warm[0] = b
+                return val - q
+
+            root = brentq(excess, inside, outside, xtol=1e-3 * step, rtol=1e-8) if outside != inside else inside
+            ends.append(s_hat + root + zero[j])
         high[j], low[j] = ends
     return FiellerIntervals(low, high, (high - low) / (2.0 * z), True, r_min, FIELLER_METHOD.format(q=q))
