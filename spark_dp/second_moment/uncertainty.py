@@ -526,12 +526,7 @@ def adassp_uncertainty(xtx: np.ndarray, xty: np.ndarray, beta: np.ndarray, sigma
     of a data value) and has none.
     """
     from spark_dp.second_moment._scaling import Scaling
-    from spark_dp.second_moment.intervals import (
-        FIELLER_UNBOUNDED,
-        bias_bounded_bootstrap,
-        fieller_intervals,
-        regression_bootstrap,
-    )
+    from spark_dp.second_moment.intervals import bias_bounded_bootstrap, fieller_intervals, regression_bootstrap
 
     _, s2, s3 = (float(s) for s in sigmas)
     p = xtx.shape[0]
@@ -560,7 +555,7 @@ def adassp_uncertainty(xtx: np.ndarray, xty: np.ndarray, beta: np.ndarray, sigma
             out[name] = Uncertainty(fieller.low[idx], fieller.high[idx], fieller.stderr[idx], method,
                                     covers="noise")
         return out
-    unbounded = FIELLER_UNBOUNDED.format(r=fieller.r_min, q=normal_quantile(level) ** 2)
+    unbounded = fieller.method  # FIELLER_UNBOUNDED, formatted
     if ridge > 0:
         if not bounded:
             return refuse("no interval: " + unbounded + ", and the ridge r = {r:.6g} biases the fit by an amount "
