@@ -967,6 +967,41 @@ def _pivot_limit(xtx: np.ndarray, s2: float) -> float:
     return best
 
 
+def _newton_min(f, u0: np.ndarray, *, steps: int = 40, gtol: float = 1e-6):
+    """A local minimum of f (value and gradient) from u0: Newton's method, the Hessian by central differences of
+    the gradient with its eigenvalues floored (a descent direction), halving the step until f decreases. Returns
+    (u, f(u)), or (None, nan) where it does not converge (the caller falls back to BFGS).
+    """
+    u = np.asarray(u0, dtype=np.float64)
+    val, grad = f(u)
+    k = u.size
+    for _ in range(steps):
+        if float(np.max(np.abs(grad))) <= gtol:
+            return u, val
+        h = 1e-6 * max(1.0, float(np.max(np.abs(u))))
+        hess = np.empty((k, k))
+        for i in range(k):
+            e = np.zeros(k)
+            e[i] = h
+            hess[:, i] = (f(u + e)[1] - f(u - e)[1]) / (2.0 * h)
+        w, v = np.linalg.eigh(0.5 * (hess + hess.T))
+        w = np.maximum(np.abs(w), 1e-9 * max(float(np.max(np.abs(w))), 1e-300))
+        d = -(v @ ((v.T @ grad) / w))
+        t = 1.0
+        for _ in range(30):
+            new_val, new_grad = f(u + t * d)
+            if new_val <= val:
+                break
+            t *= 0.5
+        else:
+            return None, math.nan
+        if abs(val - new_val) <= 1e-13 * max(1.0, abs(val)) and t * float(np.max(np.abs(d))) <= 1e-10 * max(
+                1.0, float(np.max(np.abs(u)))):
+            return u + t * d, new_val
+        u, val, grad = u + t * d, new_val, new_grad
+    return (u, val) if float(np.max(np.abs(grad))) <= 1e3 * gtol else (None, math.nan)
+
+
 def fieller_intervals(xtx: np.ndarray, xty: np.ndarray, *, sigma: float, sigma_xy: float, scaling: Scaling,
                       label_at: int, level: float = 0.95) -> FiellerIntervals:
     """AdaSSP's coefficient intervals (data units) from its exact pivot, by profiling (module doc, FIELLER_METHOD).
@@ -974,14 +1009,14 @@ def fieller_intervals(xtx: np.ndarray, xty: np.ndarray, *, sigma: float, sigma_x
     ``xtx``/``xty``: the released XᵀX̂ (no ridge) and Xᵀŷ in the vector's units; ``sigma``/``sigma_xy``: σ₂, σ₃.
     Term j of the data-unit fit is L_j·b + c_j (:meth:`Scaling.coefficients` is affine). Its interval is
     {t : min_{b: L_j b + c_j = t} Q(b) <= q}, the connected part around the unregularised fit X̂⁻¹ŷ (where
-    Q = 0), found by doubling steps outwards and Brent's method, each profile point a BFGS minimisation over the
+    Q = 0), found by doubling steps outwards and bisection, each profile point a BFGS minimisation over the
     hyperplane warm-started from its neighbour's. q = z²·R/(R − z²), R = :func:`_pivot_limit` (Q's limit
     along the weakest direction): z² (the profile's χ²(1) calibration) where R ≫ z², larger as R nears z², where
     that calibration failed (measured: PSID at ε = 1, the worst term 0.86 with z², 0.93 with this q; on
     well-identified designs the two agree). Unbounded (``bounded=False``, no numbers) where R <= 2z², where the
     profile never exceeds q.
     """
-    from scipy.optimize import brentq, minimize
+    from scipy.optimize import minimize
 
     from spark_dp.release.uncertainty import normal_quantile
 
@@ -1019,8 +1054,11 @@ def fieller_intervals(xtx: np.ndarray, xty: np.ndarray, *, sigma: float, sigma_x
                 val, grad = _pivot_q(base + basis @ u, xtx, xty, s2, s3)
                 return val, basis.T @ grad
 
-            got = minimize(f, basis.T @ (start - base), jac=True, method="BFGS", options={"gtol": 1e-5})
-            return float(got.fun), base + basis @ got.x
+            u, val = _newton_min(f, basis.T @ (start - base))
+            if u is None:  # no convergence: BFGS from the start
+                got = minimize(f, basis.T @ (start - base), jac=True, method="BFGS", options={"gtol": 1e-5})
+                u, val = got.x, float(got.fun)
+            return val, base + basis @ u
 
         ends = []
         for sign in (1.0, -1.0):
@@ -1034,15 +1072,15 @@ def fieller_intervals(xtx: np.ndarray, xty: np.ndarray, *, sigma: float, sigma_x
                 inside, b_in = off, b
             if outside is None:
                 return FiellerIntervals(nan, nan, nan, False, r_min, FIELLER_UNBOUNDED.format(r=r_min, q=2.0 * q))
-            warm = [b_in]
-
-            def excess(off: float) -> float:
-                val, b = profile(s_hat + off, warm[0])
-                if val <= q_eff:
-                    warm[0] = b
-                return val - q_eff
-
-            root = brentq(excess, inside, outside, xtol=1e-3 * step, rtol=1e-8) if outside != inside else inside
+            # bisection (the two ends are known: inside at ``inside``, outside at ``outside``)
+            while abs(outside - inside) > 1e-3 * step:
+                mid = 0.5 * (inside + outside)
+                val, b = profile(s_hat + mid, b_in)
+                if val > q_eff:
+                    outside = mid
+                else:
+                    inside, b_in = mid, b
+            root = 0.5 * (inside + outside)
             ends.append(s_hat + root + zero[j])
         high[j], low[j] = ends
     return FiellerIntervals(low, high, (high - low) / (2.0 * z), True, r_min,
