@@ -55,7 +55,9 @@ on real tables with a near-collinear design it kept most of the ridge's bias
 bound on its bias, from a public lower bound λ_lo on λ_min(XᵀX) — where
 λ_lo > 0; where it is not, Analyze Gauss gives the interval of the
 unregularised fit of the same release (:func:`unregularised_bootstrap`) and
-AdaSSP refuses (``kind: none``). ``steps`` remains for direct callers.
+AdaSSP refuses (``kind: none``). ``steps`` remains for direct callers. Since 2026-12-05 AdaSSP's
+intervals are the generalised Fieller interval of its exact pivot (:func:`fieller_intervals`), the
+bias-bounded bootstrap only where that set is unbounded.
 
 The draws are mapped to the data's units first (:meth:`Scaling.coefficients`),
 so the intercept's interval accounts for its correlation with the
