@@ -38,18 +38,23 @@ def _collinear(n: int, seed: int = 0):
 
 @pytest.mark.parametrize("n, epsilon", [(20_000, 1.0), (100_000, 1.0)])
 def test_adassp_on_a_collinear_design_covers_or_refuses(n, epsilon):
-    """Before: intervals centred on 2-step iterated Tikhonov kept the adaptive ridge's bias (coverage far below 0.9)."""
+    """Before: intervals centred on 2-step iterated Tikhonov kept the adaptive ridge's bias (coverage far below 0.9).
+    Since then the generalised Fieller interval of AdaSSP's exact pivot (kind interval; the ridge's bias does not
+    enter it), the bias-bounded bootstrap (kind bound) only where the Fieller set is unbounded."""
     gram, scaling, truth = _collinear(n)
     plan = adassp_plan(epsilon=epsilon, delta=1e-6, norm_bound=2.0)
     hits = stated = refused = 0
-    for r in range(40):
+    reps = 40 if n == 20_000 else 20  # (the Fieller interval's profile takes about 0.2 s a release)
+    for r in range(reps):
         res = adassp(gram, chokepoint=FakeChokepoint.seeded(r), plan=plan)
         lam = float(res["lambda"][0])
         assert lam > 0  # the case at issue: the adaptive ridge is on
         u = adassp_uncertainty(res["xtx"], res["xty"], res["coefficients"], plan.sigmas, 0.95, ridge=lam,
                                adaptive=lam, rho=plan.rho, scaling=scaling, rng=np.random.default_rng(r))
         c, i = u["coefficients"], u["intercept"]
-        assert c.kind == i.kind and c.kind in ("bound", "none"), c.kind  # never a plain interval after a ridge
+        assert c.kind == i.kind and c.kind in ("interval", "bound", "none"), c.kind
+        if c.kind == "interval":  # after a ridge, only the Fieller interval, which does not use it
+            assert "generalised Fieller" in c.method, c.method
         if c.kind == "none":
             refused += 1
             assert np.isnan(c.low).all() and c.stderr is None and "cannot be bounded" in c.method
@@ -58,9 +63,9 @@ def test_adassp_on_a_collinear_design_covers_or_refuses(n, epsilon):
         hits += int(np.sum((low <= truth) & (truth <= high)))
         stated += truth.size
     if n == 20_000:
-        assert refused == 40  # the private lower bound on lambda_min is 0: nothing can be shown to hold
+        assert refused == reps  # the private lower bound on lambda_min is 0: nothing can be shown to hold
     else:
-        assert refused == 0 and hits / stated >= 0.95, (refused, hits, stated)  # a bound: at least the level
+        assert refused == 0 and hits / stated >= 0.9, (refused, hits, stated)  # 20 releases x 3 terms
 
 
 def test_adassp_on_a_real_collinear_table_covers_or_refuses():

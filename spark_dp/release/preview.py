@@ -574,8 +574,8 @@ REALISTIC_FACTORS: dict[str, dict[str, float]] = {
                 "refused": 0.0, "conservative": 0.95},
     "wishart/psd": {"min": 5.0, "p05": 15.0, "median": 130.0, "p95": 7200.0, "max": 56000.0,
                     "refused": 0.0, "conservative": 0.95},
-    "adassp": {"min": 3.0, "p05": 5.3, "median": 21.0, "p95": 3000.0, "max": 37000.0,
-               "refused": 0.53, "conservative": 0.34},
+    "adassp": {"min": 3.1, "p05": 5.6, "median": 24.0, "p95": 3100.0, "max": 37000.0,
+               "refused": 0.53, "conservative": 0.04},  # the Fieller intervals (kind bound only where unbounded)
 }
 REALISTIC_SOURCE = ("one release's 95 % half-width / the best case, per term, on the ten real tables of the "
                     "calibration harness (n 3,000-327,346, 2-9 features, bounds from each column's documented "
@@ -755,25 +755,41 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
         q = size - 1  # AdaSSP's p: the columns of its X^T X, the constant's included (spark_dp.second_moment.adassp)
         margin = s1 * math.sqrt(math.log(6.0 / delta))
         threshold = s2 * math.sqrt(q * math.log(2.0 * q * q / rho))
+        # The Fieller set is unbounded where Q's limit along the released X^T X's weakest direction is <= 2 z^2,
+        # about where that direction's eigenvalue is <= 2 z sigma_2; the noise (spectral norm about 2 sigma_2 sqrt(p))
+        # can bring the true lambda_min that far down.
+        from spark_dp.release.pipeline import confidence_of
+
+        z = normal_quantile(confidence_of(request))
+        fieller = 2.0 * z * s2 + 2.0 * s2 * math.sqrt(q)
         bounded = request.get("bounds") is not None and constant
-        out.update(kinds={a: (["none", "bound"] if ridge else ["none", "bound", "interval"]) for a in arrays},
+        fallback = "bound" if bounded else "none"
+        out.update(kinds={a: ["none", "interval", "bound"] if bounded else ["none", "interval"] for a in arrays},
                    refused_when={"lambda_min_below": margin, "s2_below_at_n": None if n is None else margin / n},
-                   bound_when={"lambda_min_below": threshold + margin},
+                   bound_when={"lambda_min_below": fieller} if bounded else None,
+                   adaptive_ridge_when={"lambda_min_below": threshold + margin},
                    headline=(f"{' and '.join(arrays)}: refused (kind none, no interval) when the design is too close "
-                             "to collinear for the noise, conservative (kind bound) in between, a plain interval "
-                             "(privacy noise only) when it is well spread"))
+                             "to collinear for the noise, otherwise the generalised Fieller interval of AdaSSP's "
+                             "exact pivot (kind interval, privacy noise only), except near the refusal, where the "
+                             "noise can hide the design's weakest direction: then "
+                             + ("a bound on the ridge's bias (kind bound, conservative)" if bounded else
+                                "refused too (without bounds nothing bounds the ridge's bias)")))
         out["summary"] = [
             out["headline"] + ".",
             f"Refused {at_n(margin)}.",
-            f"Kind bound {at_n(threshold + margin)}" + (" (always, with your ridge > 0)." if ridge else "."),
+            f"Kind {fallback} possible {at_n(fieller)}.",
         ]
         out["rule"] = (
             "kind none (refused, the reason in the method) when AdaSSP's private lower bound on lambda_min of the "
-            f"scaled X^T X is 0, i.e. about when lambda_min < {margin:.6g} (sigma_1 sqrt(ln(6/delta))); kind bound "
-            f"(its ridge's bias bounded) between that and {threshold + margin:.6g} (sigma_2 sqrt(p ln(2 p^2/rho)) + "
-            f"that, p = {q} columns of X^T X{', the constant included' if constant else ''}); kind interval above "
-            f"(no adaptive ridge){', except that a user ridge > 0 always gives a bound' if ridge else ''}"
-            f"{'' if bounded else '; without bounds any ridge > 0 is refused'}. lambda_min = n s^2, " + what)
+            f"scaled X^T X is 0, i.e. about when lambda_min < {margin:.6g} (sigma_1 sqrt(ln(6/delta))); otherwise "
+            "kind interval (the generalised Fieller interval of the pivot X^T y_hat - X^T X_hat b, which does not use "
+            "the adaptive ridge), except where that interval is unbounded: the released X^T X's weakest direction "
+            f"is within about 2 z sigma_2 of 0, possible when lambda_min < {fieller:.6g} (2 z sigma_2 + 2 sigma_2 "
+            f"sqrt(p), p = {q} columns of X^T X{', the constant included' if constant else ''}), where it is "
+            + ("kind bound (the bias of AdaSSP's adaptive ridge bounded, from its private lower bound on lambda_min)"
+               if bounded else "kind none (no public bounds on every column: nothing bounds the ridge's bias)")
+            + f". The adaptive ridge is on when lambda_min < about {threshold + margin:.6g}. lambda_min = n s^2, "
+            + what)
     else:
         t = _design_threshold(mechanism, privacy, params, size, B)
         psd = post == "psd"
