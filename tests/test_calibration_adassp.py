@@ -16,7 +16,8 @@ import pytest
 from spark_dp.release.uncertainty import normal_quantile
 from spark_dp.second_moment._scaling import Scaling
 from spark_dp.second_moment.adassp import adassp, adassp_plan
-from spark_dp.second_moment.intervals import _pivot_limit, _pivot_sigma, bias_bounded_bootstrap
+from spark_dp.second_moment.intervals import _pivot_limit, bias_bounded_bootstrap
+from spark_dp.second_moment.pivot import pivot_covariance
 from spark_dp.second_moment.uncertainty import adassp_lambda_floor, adassp_uncertainty
 from tests._samplers import FakeChokepoint
 
@@ -34,7 +35,7 @@ def test_the_pivot_covariance_is_that_of_the_chokepoints_symmetric_noise():
     draws = np.array([cp.gaussian(np.zeros(3), sigma=s3, l2_sensitivity=1.0)
                       - cp.gaussian_symmetric(np.zeros((3, 3)), sigma=s2, l2_sensitivity=1.0) @ b
                       for _ in range(8_000)])
-    want = _pivot_sigma(b, s2, s3)
+    want = pivot_covariance(b, s2, s3)
     got = np.cov(draws.T)
     assert np.allclose(got, want, atol=0.08 * np.abs(want).max()), (got, want)
     assert not np.allclose(want, s3**2 * np.eye(3) + s2**2 * (b @ b) * np.eye(3))  # the off-diagonal terms matter
