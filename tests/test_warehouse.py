@@ -17,10 +17,8 @@ that ``spark_dp`` is the installed wheel, in one Spark session that
 The jars come through Spark's own ``spark.jars.packages`` resolution from
 Maven Central into ``~/.cache/spark-dp/ivy`` (``tests/warehouse/ivy.py``):
 about 55 MB per Spark line the first time (Iceberg's runtime is 47 MB of it),
-nothing on later runs. Measured here with warm jar caches, the machine
-shared with other jobs: about 290 s per line with both suites (3.5, 4.0),
-about 150 s for Delta alone (4.2); docs/storage.md has the full matrix's
-first and warm runs.
+nothing on later runs. docs/storage.md ("Cost") has the measured times: the 3.5
+row that make test runs, the full matrix's first and warm runs.
 """
 
 from __future__ import annotations
