@@ -121,16 +121,19 @@ def table(rows: list[dict], note: str) -> str:
 
 
 def run(which: str, reps: int, draws: int, tables: list[str] | None = None, mechanisms: list[str] | None = None,
-        raw: str | None = None, skip: set | None = None, heldout: bool = False, covers: str = "noise") -> list[dict]:
+        raw: str | None = None, skip: set | None = None, heldout: bool = False, covers: str = "noise",
+        cells: set | None = None, seed: int = 0) -> list[dict]:
     rows = []
     for name, label, mech, post, eps, m in grid(which, HELDOUT if heldout else TABLES):
         if tables and name not in tables or mechanisms and label not in mechanisms:
+            continue
+        if cells is not None and (name, label, eps, m) not in cells:
             continue
         if skip and (name, label, eps, m) in skip or covers != "noise" and mech == "adassp":  # AdaSSP: noise only
             continue
         x, _, _ = load(name)
         t0 = time.time()
-        c = cell(name, label, mech, post, epsilon=eps, m=m, reps=reps, draws=draws, covers=covers)
+        c = cell(name, label, mech, post, epsilon=eps, m=m, reps=reps, draws=draws, covers=covers, seed=seed)
         r = record(c, x.shape[0], x.shape[1] - 1, time.time() - t0, draws)
         rows.append(r)
         if raw:
@@ -159,6 +162,9 @@ def main() -> None:
     ap.add_argument("--grid", choices=("full", "subset", "eps1", "extra"), default="full")
     ap.add_argument("--tables", default=None, help="comma-separated table names (default: all ten)")
     ap.add_argument("--mechanisms", default=None, help="';'-separated mechanism labels (default: all)")
+    ap.add_argument("--cells", default=None,
+                    help="';'-separated table:mechanism label:epsilon:m cells (default: every cell of the grid)")
+    ap.add_argument("--seed", type=int, default=0, help="the releases' seed (a fresh one re-measures a cell)")
     ap.add_argument("--raw", default=None, help="append each measured cell to this JSON-lines file")
     ap.add_argument("--resume", action="store_true", help="skip the cells already in --raw")
     ap.add_argument("--from-raw", default=None, help="','-separated raw files: build the table, run nothing")
@@ -174,9 +180,11 @@ def main() -> None:
     else:
         skip = {(r["table"], r["label"], r["epsilon"], r["m"]) for r in read_raw([args.raw])} if (
             args.resume and args.raw and os.path.exists(args.raw)) else None
+        cells = {(t, label, float(eps), int(m)) for t, label, eps, m in
+                 (c.split(":") for c in args.cells.split(";"))} if args.cells else None
         rows = run(args.grid, args.reps, args.draws, args.tables.split(",") if args.tables else None,
                    args.mechanisms.split(";") if args.mechanisms else None, args.raw, skip, args.heldout,
-                   args.covers)
+                   args.covers, cells=cells, seed=args.seed)
     rows = [r for r in rows if r["covers"] == args.covers]  # a raw file of the other covers adds nothing here
     seconds = sum(r["seconds"] for r in rows) if args.from_raw else time.time() - t0
     reps = sorted({r["reps"] for r in rows})
