@@ -29,11 +29,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tests._calibration import DELTA, HELDOUT, TABLES, FakeChokepoint, _scaled, load  # noqa: E402
 
 KAPPAS = (0.0, 0.1, 0.25, 0.5, 1.0)
-EPSILONS = (0.3, 1.0, 4.0)
 
 
-def releases(name: str, epsilon: float, reps: int, seed: int = 0) -> dict:
-    """λ_min(S_XX) and the per-term hits of ``reps`` JL releases of table ``name`` (truth: its OLS fit)."""
+def releases(name: str, epsilon: float, reps: int, seed: int = 0, mechanism: str = "jl_ridge") -> dict:
+    """λ_min(S_XX) and the per-term hits of ``reps`` releases of table ``name`` (truth: its OLS fit)."""
     from spark_dp.second_moment.intervals import regression_intervals
     from spark_dp.second_moment.mechanisms import plan_mechanism
     from spark_dp.second_moment.regression import regression_coefficients
@@ -43,7 +42,7 @@ def releases(name: str, epsilon: float, reps: int, seed: int = 0) -> dict:
     size = x.shape[1] + 1
     label_at = size - 1
     norm_bound = math.sqrt(size)
-    plan = plan_mechanism("jl_ridge", d=size, epsilon=epsilon, delta=DELTA, norm_bound=norm_bound,
+    plan = plan_mechanism(mechanism, d=size, epsilon=epsilon, delta=DELTA, norm_bound=norm_bound,
                           postprocess="none", max_rows_per_unit=1)
     truth = np.linalg.lstsq(x, y, rcond=None)[0]
     vec = _scaled(x, y, np.linalg.inv(scaling.transform()))
@@ -81,6 +80,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1000)
     ap.add_argument("--tables", default=None, help="comma-separated table names (default: grid and held-out)")
     ap.add_argument("--out", default=None, help="also write the table to this file")
+    ap.add_argument("--mechanism", default="jl_ridge", choices=("jl_ridge", "inverse_wishart"),
+                    help="the multiplicative mechanism (inverse-Wishart's mark is the same kind of floor)")
+    ap.add_argument("--epsilons", default="0.3,1,4", help="comma-separated")
     args = ap.parse_args()
     names = args.tables.split(",") if args.tables else [t.name for t in TABLES + HELDOUT]
     head = ("| table | ε | λ_min(XᵀX)/w² | " + " | ".join(f"κ = {k:g}: n above, worst above / below" for k in KAPPAS)
@@ -88,10 +90,10 @@ def main() -> None:
     lines = [head]
     t0 = time.time()
     for name in names:
-        for eps in EPSILONS:
-            lines.append(row(name, eps, releases(name, eps, args.reps)))
+        for eps in (float(e) for e in args.epsilons.split(",")):
+            lines.append(row(name, eps, releases(name, eps, args.reps, mechanism=args.mechanism)))
             print(lines[-1], flush=True)
-    text = "\n".join(lines) + (f"\n\n({args.reps} JL releases per row, nominal 0.95, δ = 1e-6; "
+    text = "\n".join(lines) + (f"\n\n({args.reps} {args.mechanism} releases per row, nominal 0.95, δ = 1e-6; "
                                f"{(time.time() - t0) / 60:.0f} min on 2 shared cores.)\n")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
