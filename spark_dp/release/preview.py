@@ -566,13 +566,13 @@ BEST_CASE_WARNING = (
 REALISTIC_FACTORS: dict[str, dict[str, float]] = {
     "analyze_gauss": {"min": 2.2, "p05": 4.5, "median": 58.0, "p95": 15000.0, "max": 260000.0,
                       "refused": 0.0, "conservative": 0.46},
-    "analyze_gauss/shift": {"min": 2.4, "p05": 4.7, "median": 61.0, "p95": 20000.0, "max": 1900000.0,
+    "analyze_gauss/shift": {"min": 2.4, "p05": 4.5, "median": 61.0, "p95": 20000.0, "max": 1900000.0,
                             "refused": 0.0, "conservative": 1.0},
     "analyze_gauss/psd": {"min": 2.2, "p05": 4.4, "median": 61.0, "p95": 130000.0, "max": 1700000.0,
                           "refused": 0.0, "conservative": 0.47},
-    "wishart": {"min": 5.5, "p05": 17.0, "median": 190.0, "p95": 4400.0, "max": 79000.0,
+    "wishart": {"min": 5.5, "p05": 17.0, "median": 190.0, "p95": 4300.0, "max": 76000.0,
                 "refused": 0.0, "conservative": 0.95},
-    "wishart/psd": {"min": 5.0, "p05": 15.0, "median": 130.0, "p95": 7200.0, "max": 56000.0,
+    "wishart/psd": {"min": 4.8, "p05": 15.0, "median": 130.0, "p95": 7700.0, "max": 70000.0,
                     "refused": 0.0, "conservative": 0.95},
     "adassp": {"min": 3.1, "p05": 5.6, "median": 24.0, "p95": 3100.0, "max": 37000.0,
                "refused": 0.53, "conservative": 0.04},  # the Fieller intervals (kind bound only where unbounded)
