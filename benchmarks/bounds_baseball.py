@@ -39,7 +39,7 @@ from spark_dp.privacy import SeededSampler
 from spark_dp.privacy.quantile import NORM_GRID, plan_quantile, quantile_scores
 from spark_dp.second_moment._scaling import Scaling
 from spark_dp.second_moment.analyze_gauss import analyze_gauss_plan
-from spark_dp.second_moment.intervals import _solve, _symmetric_noise, regression_bootstrap
+from spark_dp.second_moment.intervals import _solve, _symmetric_noise, regression_intervals
 from spark_dp.second_moment.regression import regression_coefficients
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,9 +80,11 @@ def _shift(sigma: float, d: int) -> float:
     return 2.0 * sigma * math.sqrt(d)
 
 
-def bounded_release(rows: np.ndarray, m: int, rng, *, draws=1000, features=FEATURES, label=LABEL, bounds=BOUNDS,
+def bounded_release(rows: np.ndarray, m: int, rng, *, draws=2000, features=FEATURES, label=LABEL, bounds=BOUNDS,
                     previous=False):
-    """One release with bounds: (coefficients+intercept in data units, low, high[, previous low, previous high])."""
+    """One release with bounds: (coefficients+intercept in data units, low, high, marked[, previous low, previous
+    high]); the intervals are the release's own (``regression_intervals``, the default ``covers: noise``, 2,000
+    draws as a release uses), ``marked`` whether they are kind bound or say "conservative" first."""
     sc = Scaling.of(list(features) + [label], bounds, constant_at=len(features))
     x = np.insert(rows, len(features), 1.0, axis=1)
     a = np.linalg.solve(sc.transform(), x.T).T
@@ -90,12 +92,16 @@ def bounded_release(rows: np.ndarray, m: int, rng, *, draws=1000, features=FEATU
     shift = _shift(sigma, sc.size)
     noisy = a.T @ a + _symmetric(rng, sc.size, sigma) + shift * np.eye(sc.size)
     beta, _ = regression_coefficients(noisy)
-    iv = regression_bootstrap(noisy, beta, sigma=sigma, scaling=sc, label_at=sc.size - 1, shift=shift, draws=draws,
-                              rng=rng)
+    us = regression_intervals("analyze_gauss", {"noise_sigma": sigma}, {"postprocess": "shift"}, noisy, beta,
+                              scaling=sc, label_at=sc.size - 1, norm_bound=math.sqrt(sc.size), fit_intercept=True,
+                              draws=draws, rng=rng)
+    est = sc.coefficients(beta, sc.size - 1)
+    low, high = (np.append(getattr(us["coefficients"], e), getattr(us["intercept"], e)) for e in ("low", "high"))
+    marked = us["coefficients"].kind == "bound" or us["coefficients"].method.startswith("conservative")
     if not previous:
-        return iv.estimate, iv.low, iv.high
-    return (iv.estimate, iv.low, iv.high,
-            *_previous_intervals(noisy, beta, sigma=sigma, scaling=sc, shift=shift, draws=draws, rng=rng))
+        return est, low, high, marked
+    return (est, low, high, marked,
+            *_previous_intervals(noisy, beta, sigma=sigma, scaling=sc, shift=shift, draws=1000, rng=rng))
 
 
 def _previous_intervals(matrix, beta, *, sigma, scaling, shift, draws, rng, level=0.95):
@@ -156,11 +162,12 @@ def _regression(df, features, label, bounds, m, runs, rng) -> dict:
     X, y = df[features].to_numpy(float), df[label].to_numpy(float)
     ols = np.linalg.lstsq(np.column_stack([X, np.ones(len(y))]), y, rcond=None)[0]
     ols_mse = mse(ols, X, y)
-    ests, lows, highs, plows, phighs, mses = [], [], [], [], [], []
+    ests, lows, highs, plows, phighs, mses, marks = [], [], [], [], [], [], []
     for _ in range(runs):
         sub = df if m == 1 else _rows_per_unit(df, m, rng)
-        est, lo, hi, plo, phi = bounded_release(sub[list(features) + [label]].to_numpy(float), m, rng,
-                                                features=features, label=label, bounds=bounds, previous=True)
+        est, lo, hi, marked, plo, phi = bounded_release(sub[list(features) + [label]].to_numpy(float), m, rng,
+                                                        features=features, label=label, bounds=bounds, previous=True)
+        marks.append(marked)
         for acc, v in zip((ests, lows, highs, plows, phighs, mses), (est, lo, hi, plo, phi, mse(est, X, y)),
                           strict=True):
             acc.append(v)
@@ -170,6 +177,7 @@ def _regression(df, features, label, bounds, m, runs, rng) -> dict:
         "example": {"estimate": ests[0].tolist(), "low": lows[0].tolist(), "high": highs[0].tolist()},
         "mse_median": float(np.median(mses)), "mse_mean": float(np.mean(mses)),
         "mse_ratio_median": float(np.median(mses) / ols_mse),
+        "marked_conservative_or_bound": float(np.mean(marks)),
         "interval_holds_ols": ((lows <= ols) & (ols <= highs)).mean(axis=0).tolist(),
         "previous_interval_holds_ols": ((plows <= ols) & (ols <= phighs)).mean(axis=0).tolist(),
         "mean_width": (highs - lows).mean(axis=0).tolist(), "median_width": width.tolist(),

@@ -102,6 +102,29 @@ def test_marked_conservative_where_the_dry_run_says_and_not_well_inside(spark, d
             assert got["kind"] == "interval" and got["conservative"] is conservative, (factor, seed)
 
 
+def test_after_the_shift_bound_pivot_or_conservative_where_the_dry_run_says(spark, dp):
+    """Analyze Gauss with ``shift`` and bounds, noise only: kind bound where the release's lower bound on lambda_min
+    clears 0 (the ridge's bias bounded); below it the exact pivot's interval of the unregularised fit, not marked;
+    marked conservative only where that set is unbounded (about lambda_min <= sqrt(2) z sigma). The dry run states
+    both thresholds."""
+    n = 20_000
+    df = spark.createDataFrame([], "x1 DOUBLE, x2 DOUBLE, y DOUBLE")
+    p = dp.preview.linear_regression(df, ["x1", "x2"], "y", epsilon=1.0, delta=1e-6, mechanism="analyze_gauss",
+                                     postprocess="shift", n=n,
+                                     bounds={"x1": (-1.0, 1.0), "x2": (-1.0, 1.0), "y": (-5.0, 5.0)})
+    iv = p.accuracy["intervals"]
+    t, bound_t = iv["conservative_when"]["lambda_min_at_most"], iv["bound_when"]["lambda_min_above"]
+    assert t == pytest.approx(math.sqrt(2) * 1.959963984540054 * p.noise_scale) and 2 * t < bound_t
+    assert iv["kinds"]["coefficients"] == ["bound", "interval"] and "exact Gaussian pivot" in iv["rule"]
+    assert any(line.startswith(f"Marked conservative at n = {n:,} when s^2 <= ") for line in iv["summary"])
+    for lam, kind, conservative in ((4.0 * bound_t, "bound", False), (math.sqrt(t * bound_t), "interval", False),
+                                    (t / 4.0, "interval", True)):
+        x, y, scaling, _ = _design(n, lam / n, seed=3)
+        for seed in (5, 6):
+            got = observed((x, y, scaling), ("x1", "x2"), "analyze_gauss", "shift", 1.0, seed, draws=200)
+            assert (got["kind"], got["conservative"]) == (kind, conservative), (lam, t, bound_t, seed, got)
+
+
 def test_adassp_refused_bound_and_fieller_where_the_dry_run_says(spark, dp):
     """Refused below the dry run's refusal threshold; between it and the Fieller threshold the generalised Fieller
     interval or, where it is unbounded, the bias bound; above it the Fieller interval."""
@@ -154,10 +177,11 @@ def test_best_case_is_what_the_dry_run_prints(spark, dp):
     assert list(got) == [*FEATURES, "intercept"] and all(v > 0 for v in got.values())
 
 
-def test_a_ridge_without_the_constant_column_is_conservative_in_every_release_as_the_dry_run_says():
+def test_a_ridge_without_the_constant_column_gives_the_unregularised_fits_pivot_as_the_dry_run_says():
     """Raw rows through the origin after ``shift``: nothing bounds the ridge's bias (no row count), so the release
-    gives the unregularised fit's interval marked conservative even for a well-spread design; the dry run says
-    "in every release" instead of a threshold."""
+    gives the interval of the unregularised fit of the release less its shift: the exact pivot's (not marked) for a
+    well-spread design, the bootstrap's marked conservative where that is unbounded; the dry run says so, with the
+    pivot's threshold."""
     from spark_dp.release.preview import predict_accuracy
     from spark_dp.second_moment.intervals import regression_intervals
     from spark_dp.second_moment.mechanisms import plan_mechanism
@@ -167,13 +191,26 @@ def test_a_ridge_without_the_constant_column_is_conservative_in_every_release_as
     plan = plan_mechanism("analyze_gauss", d=3, epsilon=1.0, delta=1e-6, norm_bound=1.0, postprocess="shift")
     request = {"dimension": 3, "norm_bound": 1.0, "params": {"postprocess": "shift"}, "delta": 1e-6}
     iv = predict_accuracy("linear_regression", "analyze_gauss", request, plan.privacy, n=20_000)["intervals"]
-    assert iv["kinds"] == {"coefficients": ["interval"]} and "in every release" in iv["summary"][1]
-    rng = np.random.default_rng(5)
-    x = rng.uniform(-0.5, 0.5, (20_000, 2))  # lambda_min of X^T X about 1,700, far above the noise (sigma 4.2)
-    vec = np.column_stack([x, x @ np.array([0.3, -0.2]) + rng.normal(0, 0.05, len(x))])
-    released = plan.noise(vec.T @ vec, FakeChokepoint.seeded(6))
-    fit = regression_coefficients(released)[0]
-    us = regression_intervals("analyze_gauss", plan.privacy, plan.params, released, fit,
-                              scaling=Scaling(("x1", "x2", "y"), (None,) * 3), label_at=2, norm_bound=1.0,
-                              fit_intercept=False, draws=200, rng=np.random.default_rng(7))
-    assert us["coefficients"].kind == "interval" and us["coefficients"].method.startswith("conservative")
+    t = iv["conservative_when"]["lambda_min_at_most"]
+    assert t == pytest.approx(math.sqrt(2) * 1.959963984540054 * float(plan.privacy["noise_scale"]))
+    assert iv["kinds"] == {"coefficients": ["interval"]} and "exact pivot" in iv["summary"][0]
+
+    def release(lam_min: float | None, seed: int):
+        rng = np.random.default_rng(seed)
+        x = rng.uniform(-0.5, 0.5, (20_000, 2))  # lambda_min of X^T X about 1,700, far above the noise (sigma 4.2)
+        if lam_min is not None:  # x2 = x1 + a u: lambda_min about a^2 (sum of u^2) / 2, nearly collinear
+            x[:, 1] = x[:, 0] + x[:, 1] * math.sqrt(2.0 * lam_min / float(x[:, 1] @ x[:, 1]))
+            assert np.linalg.eigvalsh(x.T @ x)[0] == pytest.approx(lam_min, rel=0.2)
+        vec = np.column_stack([x, x @ np.array([0.3, -0.2]) + rng.normal(0, 0.05, len(x))])
+        released = plan.noise(vec.T @ vec, FakeChokepoint.seeded(seed + 1))
+        fit = regression_coefficients(released)[0]
+        return regression_intervals("analyze_gauss", plan.privacy, plan.params, released, fit,
+                                    scaling=Scaling(("x1", "x2", "y"), (None,) * 3), label_at=2, norm_bound=1.0,
+                                    fit_intercept=False, draws=200, rng=np.random.default_rng(7))["coefficients"]
+
+    for seed in (5, 6):
+        well = release(None, seed)
+        assert well.kind == "interval" and not well.method.startswith("conservative"), well.method
+        assert "unregularised fit" in well.method and "exact pivot this is" in well.method, well.method
+        near = release(t / 4, seed)
+        assert near.kind == "interval" and near.method.startswith("conservative"), near.method

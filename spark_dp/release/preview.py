@@ -564,10 +564,10 @@ BEST_CASE_WARNING = (
 #: see, hence a measured range and not a prediction (per table the median term was 0.1–1.05 c/s², the worst
 #: 0.9–9.5 c/s²).
 REALISTIC_FACTORS: dict[str, dict[str, float]] = {
-    "analyze_gauss": {"min": 2.2, "p05": 4.5, "median": 58.0, "p95": 15000.0, "max": 260000.0,
-                      "refused": 0.0, "conservative": 0.46},
-    "analyze_gauss/shift": {"min": 2.4, "p05": 4.5, "median": 61.0, "p95": 20000.0, "max": 1900000.0,
-                            "refused": 0.0, "conservative": 1.0},
+    "analyze_gauss": {"min": 2.2, "p05": 4.4, "median": 48.0, "p95": 15000.0, "max": 260000.0,
+                      "refused": 0.0, "conservative": 0.33},
+    "analyze_gauss/shift": {"min": 2.2, "p05": 4.3, "median": 50.0, "p95": 20000.0, "max": 1900000.0,
+                            "refused": 0.0, "conservative": 0.69},
     "analyze_gauss/psd": {"min": 2.2, "p05": 4.4, "median": 61.0, "p95": 130000.0, "max": 1700000.0,
                           "refused": 0.0, "conservative": 0.47},
     "wishart": {"min": 5.5, "p05": 17.0, "median": 190.0, "p95": 4300.0, "max": 76000.0,
@@ -799,22 +799,37 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
         # (spark_dp.second_moment.pivot), where the release's own lower bound is <= 0 as well.
         pivot = (mechanism == "analyze_gauss" and post in ("none", "psd") and ridge == 0 and covers == "noise"
                  and (intercept or not constant))
-        if pivot:
+        # After the shift or a ridge whose bias cannot be bounded (the release's lower bound on lambda_min <= 0, or
+        # no constant column), noise only: the exact pivot of the release less its shift, as without a ridge.
+        ridge_pivot = ridged and covers == "noise" and (intercept or not constant)
+        bound_t = t if ridged and constant and intercept else None  # kind bound above it
+        if pivot or ridge_pivot:
             from spark_dp.release.pipeline import confidence_of
 
             t = math.sqrt(2.0) * normal_quantile(confidence_of(request)) * float(privacy["noise_scale"])
-        unbounded = ridged and not constant  # no row count bounds the ridge's bias: the unregularised fit, always
+        unbounded = ridged and not constant and not ridge_pivot  # no row count bounds the ridge's bias
         if unbounded:
             t = math.inf
         out["conservative_when"] = {"lambda_min_at_most": t, "lambda_min_at_most_after_psd_clip": (
                                         (t if pivot else 2.0 * t) if psd else None),
                                     "s2_at_most_at_n": None if n is None else t / n}
-        if ridged and constant and intercept:
+        if bound_t is not None:
             out["kinds"] = {a: ["bound", "interval"] for a in arrays}
+            out["bound_when"] = {"lambda_min_above": bound_t}
+            fallback = ("the exact pivot's interval of the unregularised fit of the same release (kind interval), "
+                        "marked conservative only where that interval is unbounded" if ridge_pivot else
+                        "the interval of the unregularised fit of the same release, marked conservative")
             out["headline"] = (f"{' and '.join(arrays)}: kind bound (the ridge's bias bounded; conservative by "
-                               "construction) when the design is well spread for the noise, otherwise the interval "
-                               "of the unregularised fit of the same release, marked conservative")
-            out["summary"] = [out["headline"] + ".", f"The unregularised fit's interval {at_n(t)}."]
+                               f"construction) when the design is well spread for the noise, otherwise {fallback}")
+            out["summary"] = [out["headline"] + ".", f"The unregularised fit's interval {at_n(bound_t)}."]
+            if ridge_pivot:
+                out["summary"].append(f"Marked conservative {at_n(t)}.")
+        elif ridge_pivot:
+            out["kinds"] = {a: ["interval"] for a in arrays}
+            out["headline"] = (f"{' and '.join(arrays)}: kind interval ({covers}): without the constant column "
+                               "nothing bounds the ridge's bias, so the exact pivot's interval of the unregularised "
+                               "fit of the same release; marked conservative where that interval is unbounded")
+            out["summary"] = [out["headline"] + ".", f"Marked conservative {at_n(t)}."]
         else:
             out["kinds"] = {a: ["interval"] for a in arrays}
             out["headline"] = (f"{' and '.join(arrays)}: kind interval ({covers}); marked conservative (wider than "
@@ -830,6 +845,16 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
             "design_floor, is <= 0 there)" + (
                 ", as after a PSD projection that clipped an eigenvalue" if psd else "")
             + ". lambda_min = n s^2, " + what) if pivot else (
+            ("after the shift or a ridge: " + (
+                "where the release's lower bound on lambda_min of its scaled X^T X (the constant column included; "
+                "spark_dp.second_moment.intervals.design_floor: the released X^T X minus 2 sigma (sqrt(p) + "
+                "sqrt(ln 2000)), p its columns) is > 0, kind bound (the ridge's bias bounded), for a release whose "
+                f"noise takes its mean lambda_min > {bound_t:.6g}; otherwise " if bound_t is not None else
+                "without the constant column nothing bounds the ridge's bias, so ")
+             + "the interval of the unregularised fit of the release less its shift, which has Analyze Gauss's "
+             "noise without a ridge: the exact Gaussian pivot's (Fieller's), and where that set is unbounded for a "
+             f"coefficient, about when the released lambda_min is <= sqrt(2) z sigma = {t:.6g}, the parametric "
+             "bootstrap's, marked 'conservative'. lambda_min = n s^2, " + what) if ridge_pivot else (
             "the release computes a lower bound on lambda_min of its scaled X^T X (the constant column included) "
             "from the released matrix, holding with probability 0.999 (spark_dp.second_moment.intervals.design_floor: "
             + {"analyze_gauss": "the released X^T X minus 2 sigma (sqrt(p) + sqrt(ln 2000)), p its columns",
@@ -843,7 +868,7 @@ def _regression_interval_kinds(mechanism: str, request: Mapping[str, Any], priva
                "interval is always the unregularised fit's, marked conservative" if unbounded else
                f". For a release whose noise takes its mean that is lambda_min <= {t:.6g}")
             + (" (doubled when the PSD projection clipped an eigenvalue)" if psd else "")
-            + ". lambda_min = n s^2, " + what))
+            + ". lambda_min = n s^2, " + what)))
     if measured is not None:
         out["measured"] = {"refused": measured["refused"], "conservative": measured["conservative"],
                            "on": REALISTIC_SOURCE}
