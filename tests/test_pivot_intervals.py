@@ -142,6 +142,15 @@ def test_a_bounded_pivot_near_the_noise_is_given_after_the_shift_too(post):
         assert ("unregularised fit" in u.method) == (post == "shift"), u.method
 
 
+def test_a_singular_release_gives_unbounded_sets_not_an_error():
+    """A released X^T X that is exactly singular (a zero column and no noise, as a test sampler gives) is data
+    content: every Fieller set is unbounded and the release falls back, never raises."""
+    a = np.array([[2.0, 0.0], [0.0, 0.0]])
+    got = fieller_intervals(a, np.array([4.0, 0.0]), sigma=1.0, weights=np.eye(2), offset=np.zeros(2))
+    assert not got.bounded.any() and np.isinf(got.low).all() and np.isinf(got.high).all()
+    assert np.allclose(got.estimate, [2.0, 0.0])
+
+
 def test_a_well_conditioned_release_gets_the_pivot_and_it_matches_the_delta_method_at_small_noise():
     a = np.array([[50.0, 5.0, 1.0], [5.0, 40.0, 2.0], [1.0, 2.0, 30.0]]) * 100
     b = a @ np.array([1.0, -0.5, 2.0])

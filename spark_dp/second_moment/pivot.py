@@ -117,8 +117,13 @@ def fieller_intervals(xtx: np.ndarray, xty: np.ndarray, *, sigma: float, sigma_y
 
     sigma_y = sigma if sigma_y is None else sigma_y
     a = 0.5 * (xtx + xtx.T)
-    beta = np.linalg.solve(a, xty)
     c = normal_quantile(level) ** 2
+    try:
+        beta = np.linalg.solve(a, xty)
+    except np.linalg.LinAlgError:  # a singular release (data content, not an error): every set is unbounded
+        est = weights @ (np.linalg.pinv(a) @ xty) + offset
+        return PivotIntervals(estimate=est, low=np.full(est.shape, -np.inf), high=np.full(est.shape, np.inf),
+                              bounded=np.zeros(est.shape, dtype=bool))
     est = weights @ beta + offset
     low, high = np.full(est.shape, -np.inf), np.full(est.shape, np.inf)
     bounded = np.zeros(est.shape, dtype=bool)
