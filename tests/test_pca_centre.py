@@ -78,9 +78,14 @@ def test_mean_centred_pca_matches_numpy_on_a_real_table(batting, tmp_path):
     dp = _dp(tmp_path)
     rel = dp.pca(df, FEATURES, 2, epsilon=20.0, delta=1e-6, bounds=BOUNDS, standardize="mean")
     vals, vecs = _numpy_pca(x)
-    # the first component is numpy's (sign-free); the second close to it as well
+    # the first component is numpy's (sign-free); the second within the Davis-Kahan bound the release's own noise
+    # bound gives (Yu, Wang & Samworth 2015: sin <= 2 ||E|| / gap), and close on the real table, whose second gap is
+    # wide (the synthetic stand-in's second and third eigenvalues are close: its second component may turn)
     assert abs(rel["eigenvectors"][0] @ vecs[0]) > 0.999
-    assert abs(rel["eigenvectors"][1] @ vecs[1]) > 0.98
+    noise = rel.manifest["accuracy"]["noise_spectral_norm_bound"]
+    sin = min(1.0, 2.0 * noise / min(vals[0] - vals[1], vals[1] - vals[2]))
+    assert abs(rel["eigenvectors"][1] @ vecs[1]) >= math.sqrt(1.0 - sin**2) - 1e-9
+    assert abs(rel["eigenvectors"][1] @ vecs[1]) > 0.98 or not real
     assert rel["eigenvalues"][0] == pytest.approx(vals[0], rel=0.02)
     np.testing.assert_allclose(rel["mean"], x.mean(axis=0), rtol=0.01)
     assert rel["count"][0] == pytest.approx(len(x), rel=0.01)
